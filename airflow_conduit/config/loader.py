@@ -1,0 +1,539 @@
+"""Load and validate a Conduit pipeline file into :mod:`.model`, collecting every issue with its line.
+
+YAML is loaded with a SafeLoader whose mappings and sequences remember the line of each key and item, so a
+problem in a field value is reported at the line of its key. ``${VAR}`` (and ``${VAR:-default}``) is
+replaced from the environment in string values before validation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError, ConfigIssue
+from .fieldref import condition_to_sql
+from .model import ConnectorConfig, DLQConfig, PipelineConfig, PipelineFile, ProcessorConfig
+from .settings import (
+    PluginKind,
+    PluginSpec,
+    check_python_function,
+    plugin_names,
+    plugin_spec,
+    validate_settings,
+)
+
+KNOWN_VERSIONS = ("1.0", "1.1", "2.0", "2.1", "2.2")
+DEFAULT_DLQ_PLUGIN = "builtin:log"
+DEFAULT_DLQ_LOG_SETTINGS = {"level": "warn", "message": "record delivery failed"}
+
+_PIPELINE_FIELDS = ("id", "status", "name", "description", "connectors", "processors", "dead-letter-queue")
+_CONNECTOR_FIELDS = ("id", "type", "plugin", "name", "settings", "processors")
+_PROCESSOR_FIELDS = ("id", "plugin", "type", "condition", "settings", "workers")
+_DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
+# Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+# --- YAML with line numbers ----------------------------------------------------------------------------
+
+
+class _LineMap(dict):  # type: ignore[type-arg]
+    """A YAML mapping that knows its own line and the line of each key (1-based)."""
+
+    line: int
+    key_lines: dict[Any, int]
+    duplicates: list[tuple[Any, int]]
+
+    def line_of(self, key: str) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class _LineList(list):  # type: ignore[type-arg]
+    line: int
+    item_lines: list[int]
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineMap]:
+    result = _LineMap()
+    result.line = node.start_mark.line + 1
+    result.key_lines, result.duplicates = {}, []
+    yield result  # yielding first lets aliases refer to this mapping before it is filled
+    loader.flatten_mapping(node)  # resolves `<<` merge keys
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            key = str(key)
+        line = key_node.start_mark.line + 1
+        if key in result:
+            # PyYAML silently keeps the last duplicate; Conduit users deserve to hear about it.
+            result.duplicates.append((key, line))
+        result[key] = loader.construct_object(value_node, deep=True)
+        result.key_lines[key] = line
+
+
+def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_LineList]:
+    result = _LineList()
+    result.line = node.start_mark.line + 1
+    result.item_lines = []
+    yield result
+    for child in node.value:
+        result.append(loader.construct_object(child, deep=True))
+        result.item_lines.append(child.start_mark.line + 1)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _scalar(value: Any) -> str:
+    """A YAML scalar as Conduit would see it (its settings and ids are strings)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "" if value is None else str(value)
+
+
+# --- validation ----------------------------------------------------------------------------------------
+
+
+class _Validator:
+    def __init__(self, file: str, base_dir: Path, env: Mapping[str, str]) -> None:
+        self.file = file
+        self.base_dir = base_dir
+        self.env = env
+        self.issues: list[ConfigIssue] = []
+
+    def issue(self, path: str, line: int | None, message: str) -> None:
+        self.issues.append(ConfigIssue(self.file, line, path, message))
+
+    # ---- environment substitution and duplicate keys (one pass over the raw tree) ----
+
+    def substitute(self, node: Any, path: str, line: int) -> Any:
+        if isinstance(node, _LineMap):
+            for key, dup_line in node.duplicates:
+                self.issue(_join(path, key), dup_line, f"duplicate key {key!r}")
+            for key in list(node):
+                node[key] = self.substitute(node[key], _join(path, key), node.key_lines[key])
+        elif isinstance(node, _LineList):
+            for i, item in enumerate(node):
+                node[i] = self.substitute(item, f"{path}[{i}]", node.item_lines[i])
+        elif isinstance(node, str):
+            return self._expand(node, path, line)
+        return node
+
+    def _expand(self, text: str, path: str, line: int) -> str:
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in self.env:
+                return self.env[name]
+            if default is not None:
+                return default
+            self.issue(path, line, f"environment variable {name} is not set")
+            return match.group(0)
+
+        return _ENV_VAR.sub(replace, text)
+
+    # ---- field helpers ----
+
+    def check_fields(self, node: _LineMap, path: str, allowed: tuple[str, ...]) -> None:
+        for key in node:
+            if key not in allowed:
+                self.issue(_join(path, key), node.line_of(key), f"unknown field {key!r}")
+
+    def get_str(self, node: _LineMap, key: str, path: str, *, required: bool = False) -> str | None:
+        value = node.get(key)
+        if value is None:
+            if required:
+                self.issue(_join(path, key), node.line, f"required field {key!r} is missing")
+            return None
+        if isinstance(value, dict | list):
+            self.issue(_join(path, key), node.line_of(key), f"{key} must be a string")
+            return None
+        return _scalar(value)
+
+    def get_int(self, node: _LineMap, key: str, path: str, default: int, minimum: int) -> int:
+        value = node.get(key)
+        if value is None:
+            return default
+        number: int | None = None
+        if isinstance(value, int) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
+            number = int(value)  # a `${VAR}` value arrives as a string
+        if number is None:
+            self.issue(_join(path, key), node.line_of(key), f"{key} must be an integer; got {value!r}")
+            return default
+        if number < minimum:
+            self.issue(_join(path, key), node.line_of(key), f"{key} must be >= {minimum}; got {number}")
+            return default
+        return number
+
+    def entries(
+        self, node: _LineMap, key: str, path: str, *, allow_mapping: bool
+    ) -> list[tuple[_LineMap, str, int, str | None]]:
+        """The items of a list field as (mapping, field path, line, id given by the key in 1.x form)."""
+        value = node.get(key)
+        field_path = _join(path, key)
+        out: list[tuple[_LineMap, str, int, str | None]] = []
+        if value is None:
+            return out
+        if isinstance(value, _LineList):
+            for i, item in enumerate(value):
+                item_path, item_line = f"{field_path}[{i}]", value.item_lines[i]
+                if isinstance(item, _LineMap):
+                    out.append((item, item_path, item_line, None))
+                else:
+                    self.issue(item_path, item_line, "must be a mapping")
+        elif isinstance(value, _LineMap) and allow_mapping:
+            # Conduit 1.x: a mapping keyed by id.
+            for item_id, item in value.items():
+                item_path, item_line = _join(field_path, item_id), value.line_of(item_id)
+                if item is None:
+                    item = _LineMap()
+                    item.line, item.key_lines, item.duplicates = item_line, {}, []
+                if isinstance(item, _LineMap):
+                    out.append((item, item_path, item_line, _scalar(item_id)))
+                else:
+                    self.issue(item_path, item_line, "must be a mapping")
+        elif isinstance(value, _LineMap):
+            self.issue(
+                field_path,
+                node.line_of(key),
+                f"{key} must be a list (the mapping form keyed by id is only accepted in version 1.x files)",
+            )
+        else:
+            self.issue(field_path, node.line_of(key), f"{key} must be a list")
+        return out
+
+    def get_id(self, node: _LineMap, path: str, key_id: str | None) -> tuple[str, str, int]:
+        """The entry's id, and the path and line to report problems with it at."""
+        if key_id is not None:
+            explicit = node.get("id")
+            if explicit is not None and _scalar(explicit) != key_id:
+                self.issue(_join(path, "id"), node.line_of("id"), f"id {explicit!r} does not match its key")
+            entry_id, id_path, id_line = key_id, path, node.line
+        else:
+            entry_id = self.get_str(node, "id", path, required=True) or ""
+            id_path, id_line = _join(path, "id"), node.line_of("id")
+        if entry_id and not _ID.fullmatch(entry_id):
+            self.issue(
+                id_path,
+                id_line,
+                f"invalid id {entry_id!r}: use letters, digits, '_', '-' and '.' (starting with a letter "
+                "or digit)",
+            )
+        return entry_id, id_path, id_line
+
+    def check_unique(
+        self, seen: dict[str, str], entry_id: str, id_path: str, id_line: int, what: str
+    ) -> None:
+        if not entry_id:
+            return
+        if entry_id in seen:
+            self.issue(id_path, id_line, f"duplicate {what} id {entry_id!r} (first used at {seen[entry_id]})")
+        else:
+            seen[entry_id] = id_path
+
+    # ---- settings ----
+
+    def raw_settings(self, node: _LineMap, path: str) -> tuple[dict[str, str], dict[str, int], str, int]:
+        """Settings flattened to ``dotted.key -> string`` with the line of each key."""
+        settings_path, settings_line = _join(path, "settings"), node.line_of("settings")
+        flat: dict[str, str] = {}
+        lines: dict[str, int] = {}
+        value = node.get("settings")
+        if value is None:
+            return flat, lines, settings_path, settings_line
+        if not isinstance(value, _LineMap):
+            self.issue(settings_path, settings_line, "settings must be a mapping of names to values")
+            return flat, lines, settings_path, settings_line
+
+        def walk(mapping: _LineMap, prefix: str) -> None:
+            for key, item in mapping.items():
+                name = _join(prefix, key)
+                if isinstance(item, _LineMap):
+                    # Nested YAML maps are accepted as a spelling of Conduit's dotted keys.
+                    walk(item, name)
+                elif isinstance(item, list):
+                    self.issue(_join(settings_path, name), mapping.line_of(key), "must be a single value")
+                else:
+                    flat[name] = _scalar(item)
+                    lines[name] = mapping.line_of(key)
+
+        walk(value, "")
+        return flat, lines, settings_path, settings_line
+
+    def settings(
+        self, spec: PluginSpec, raw: tuple[dict[str, str], dict[str, int], str, int]
+    ) -> dict[str, Any] | None:
+        flat, lines, settings_path, settings_line = raw
+        validated, problems = validate_settings(spec, flat, self.base_dir)
+        for key, message in problems:
+            self.issue(_join(settings_path, key), lines.get(key, settings_line), message)
+        return validated
+
+    # ---- the model ----
+
+    def pipeline_file(self, doc: Any) -> PipelineFile | None:
+        if doc is None:
+            self.issue("", None, "the file is empty; expected 'version' and 'pipelines'")
+            return None
+        if not isinstance(doc, _LineMap):
+            self.issue("", 1, "a pipeline file must be a YAML mapping with 'version' and 'pipelines'")
+            return None
+        self.check_fields(doc, "", ("version", "pipelines"))
+        version = self.get_str(doc, "version", "")
+        known = ", ".join(KNOWN_VERSIONS)
+        if version is None:
+            self.issue("version", doc.line, f"required field 'version' is missing (known versions: {known})")
+        elif version not in KNOWN_VERSIONS:
+            self.issue("version", doc.line_of("version"), f"unknown version {version!r} (known: {known})")
+        is_v1 = version is not None and version.startswith("1.")
+        pipelines: list[PipelineConfig] = []
+        seen: dict[str, str] = {}
+        for node, path, line, key_id in self.entries(doc, "pipelines", "", allow_mapping=is_v1):
+            pipeline_id, id_path, id_line = self.get_id(node, path, key_id)
+            self.check_unique(seen, pipeline_id, id_path, id_line, "pipeline")
+            pipelines.append(self.pipeline(node, path, line, pipeline_id, is_v1))
+        if not pipelines and "pipelines" not in doc:
+            self.issue("pipelines", doc.line, "the file defines no pipelines")
+        return PipelineFile(path=self.file, version=version or "", pipelines=tuple(pipelines))
+
+    def pipeline(self, node: _LineMap, path: str, line: int, pipeline_id: str, is_v1: bool) -> PipelineConfig:
+        self.check_fields(node, path, _PIPELINE_FIELDS)
+        status = self.get_str(node, "status", path) or "running"
+        if status not in ("running", "stopped"):
+            self.issue(
+                _join(path, "status"), node.line_of("status"), f"must be running or stopped; got {status!r}"
+            )
+            status = "running"
+        connectors: list[ConnectorConfig] = []
+        scope: dict[str, str] = {}  # connectors and pipeline processors share one id space, as in Conduit
+        bad_type = False
+        for c_node, c_path, c_line, key_id in self.entries(node, "connectors", path, allow_mapping=is_v1):
+            connector_id, id_path, id_line = self.get_id(c_node, c_path, key_id)
+            self.check_unique(scope, connector_id, id_path, id_line, "connector")
+            connector = self.connector(c_node, c_path, c_line, pipeline_id, connector_id, is_v1)
+            bad_type = bad_type or connector.type not in ("source", "destination")
+            connectors.append(connector)
+        processors = self.processors(node, path, f"{pipeline_id}", scope, is_v1)
+        if not bad_type:
+            # With a mistyped connector type the user already has an issue that explains this one.
+            where, where_line = _join(path, "connectors"), node.line_of("connectors")
+            if not any(c.type == "source" for c in connectors):
+                self.issue(where, where_line, f"pipeline {pipeline_id!r} has no source connector")
+            if not any(c.type == "destination" for c in connectors):
+                self.issue(where, where_line, f"pipeline {pipeline_id!r} has no destination connector")
+        return PipelineConfig(
+            id=pipeline_id,
+            status=status,  # type: ignore[arg-type]
+            name=self.get_str(node, "name", path) or pipeline_id,
+            description=self.get_str(node, "description", path) or "",
+            connectors=tuple(connectors),
+            processors=processors,
+            dlq=self.dlq(node, path),
+            field_path=path,
+            line=line,
+        )
+
+    def connector(
+        self, node: _LineMap, path: str, line: int, pipeline_id: str, connector_id: str, is_v1: bool
+    ) -> ConnectorConfig:
+        self.check_fields(node, path, _CONNECTOR_FIELDS)
+        connector_type = self.get_str(node, "type", path, required=True) or ""
+        type_ok = connector_type in ("source", "destination")
+        if connector_type and not type_ok:
+            self.issue(
+                _join(path, "type"),
+                node.line_of("type"),
+                f"type must be source or destination; got {connector_type!r}",
+            )
+        plugin = _normalise_plugin(self.get_str(node, "plugin", path, required=True) or "")
+        spec = self.plugin(plugin, connector_type if type_ok else None, ("source", "destination"), node, path)
+        raw = self.raw_settings(node, path)
+        settings = self.settings(spec, raw) if spec else None
+        node_id = f"{pipeline_id}:{connector_id}"
+        processors = self.processors(node, path, node_id, {}, is_v1)
+        return ConnectorConfig(
+            id=connector_id,
+            type=connector_type,  # type: ignore[arg-type]
+            plugin=plugin,
+            settings=settings or {},
+            name=self.get_str(node, "name", path) or connector_id,
+            processors=processors,
+            field_path=path,
+            line=line,
+            node_id=node_id,
+        )
+
+    def plugin(
+        self,
+        plugin: str,
+        kind: PluginKind | None,
+        kinds: tuple[PluginKind, ...],
+        node: _LineMap,
+        path: str,
+        key: str = "plugin",
+    ) -> PluginSpec | None:
+        """The spec of ``plugin`` as a ``kind``; reports unknown plugins and plugins of the wrong kind."""
+        if not plugin:
+            return None
+        where, line = _join(path, key), node.line_of(key)
+        known = plugin_names(*kinds)
+        if plugin not in known:
+            self.issue(where, line, f"unknown plugin {plugin!r} (known: {', '.join(known)})")
+            return None
+        if kind is None:
+            return None
+        spec = plugin_spec(plugin, kind)
+        if spec is None:
+            other = " and ".join(k for k in kinds if plugin_spec(plugin, k))
+            self.issue(
+                where, line, f"plugin {plugin!r} is a {other} connector, it cannot be used as a {kind}"
+            )
+        return spec
+
+    def processors(
+        self, node: _LineMap, path: str, parent_id: str, scope: dict[str, str], is_v1: bool
+    ) -> tuple[ProcessorConfig, ...]:
+        out = []
+        for p_node, p_path, p_line, key_id in self.entries(node, "processors", path, allow_mapping=is_v1):
+            processor_id, id_path, id_line = self.get_id(p_node, p_path, key_id)
+            self.check_unique(scope, processor_id, id_path, id_line, "processor")
+            out.append(self.processor(p_node, p_path, p_line, processor_id, f"{parent_id}:{processor_id}"))
+        return tuple(out)
+
+    def processor(
+        self, node: _LineMap, path: str, line: int, processor_id: str, node_id: str
+    ) -> ProcessorConfig:
+        self.check_fields(node, path, _PROCESSOR_FIELDS)
+        # `type` is the deprecated (pre-2.2) name of `plugin`; `plugin` wins when both are given.
+        key = "plugin" if node.get("plugin") is not None or node.get("type") is None else "type"
+        plugin = self.get_str(node, key, path, required=True) or ""
+        spec = self.plugin(plugin, "processor", ("processor",), node, path, key)
+        raw = self.raw_settings(node, path)
+        settings = self.settings(spec, raw) if spec else None
+        if settings is not None and plugin == "custom.python":
+            problem = check_python_function(settings["function"], settings["path"])
+            if problem:
+                flat, lines, settings_path, settings_line = raw
+                self.issue(
+                    _join(settings_path, "function"),
+                    lines.get("function", settings_line),
+                    f"cannot import {settings['function']!r}: {problem}",
+                )
+        source = self.get_str(node, "condition", path)
+        condition = None
+        if source is not None and source.strip():
+            try:
+                condition = condition_to_sql(source)
+            except ValueError as error:
+                self.issue(_join(path, "condition"), node.line_of("condition"), str(error))
+        return ProcessorConfig(
+            id=processor_id,
+            plugin=plugin,
+            settings=settings or {},
+            condition=condition,
+            condition_source=source if condition else None,
+            workers=self.get_int(node, "workers", path, default=1, minimum=1),
+            field_path=path,
+            line=line,
+            node_id=node_id,
+        )
+
+    def dlq(self, pipeline: _LineMap, pipeline_path: str) -> DLQConfig:
+        path = _join(pipeline_path, "dead-letter-queue")
+        node = pipeline.get("dead-letter-queue")
+        if node is None:
+            node = _LineMap()
+            node.line, node.key_lines, node.duplicates = pipeline.line_of("dead-letter-queue"), {}, []
+        if not isinstance(node, _LineMap):
+            self.issue(path, pipeline.line_of("dead-letter-queue"), "dead-letter-queue must be a mapping")
+            return DLQConfig(field_path=path, line=pipeline.line_of("dead-letter-queue"))
+        self.check_fields(node, path, _DLQ_FIELDS)
+        plugin = _normalise_plugin(self.get_str(node, "plugin", path) or DEFAULT_DLQ_PLUGIN)
+        spec = self.plugin(plugin, "destination", ("destination",), node, path)
+        raw = self.raw_settings(node, path)
+        if node.get("settings") is None and plugin == DEFAULT_DLQ_PLUGIN:
+            raw = (dict(DEFAULT_DLQ_LOG_SETTINGS), *raw[1:])  # Conduit's default DLQ settings
+        settings = self.settings(spec, raw) if spec else None
+        size = self.get_int(node, "window-size", path, default=1, minimum=0)
+        threshold = self.get_int(node, "window-nack-threshold", path, default=0, minimum=0)
+        if size > 0 and size <= threshold:
+            self.issue(
+                _join(path, "window-nack-threshold"),
+                node.line_of("window-nack-threshold"),
+                f"must be less than window-size ({size}) when window-size > 0; got {threshold} "
+                "(use window-size: 0 to send every nack to the DLQ)",
+            )
+        return DLQConfig(
+            plugin=plugin,
+            settings=settings or {},
+            window_size=size,
+            window_nack_threshold=threshold,
+            field_path=path,
+            line=pipeline.line_of("dead-letter-queue") if "dead-letter-queue" in pipeline else None,
+        )
+
+
+def _normalise_plugin(name: str) -> str:
+    """Conduit resolves a connector name without a prefix (``generator``) to the builtin one."""
+    name = name.strip()
+    if name and ":" not in name and f"builtin:{name}" in plugin_names("source", "destination"):
+        return f"builtin:{name}"
+    return name
+
+
+# --- public API ----------------------------------------------------------------------------------------
+
+
+def load_pipeline_text(
+    text: str,
+    path_label: str = "<string>",
+    env: Mapping[str, str] | None = None,
+    *,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> PipelineFile:
+    """Parse and validate pipeline YAML; raises :class:`ConfigError` with every issue found.
+
+    ``path_label`` names the file in messages; relative ``custom.python`` paths resolve against
+    ``base_dir`` (default: the directory of ``path_label``, or the working directory for ``<...>`` labels).
+    """
+    if base_dir is None:
+        base_dir = Path.cwd() if path_label.startswith("<") else Path(path_label).parent
+    validator = _Validator(path_label, Path(base_dir).resolve(), os.environ if env is None else env)
+    try:
+        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error)
+        line = mark.line + 1 if mark is not None else None
+        raise ConfigError([ConfigIssue(path_label, line, "", f"invalid YAML: {problem}")]) from None
+    doc = validator.substitute(doc, "", 1)
+    result = validator.pipeline_file(doc)
+    if validator.issues or result is None:
+        raise ConfigError(sorted(validator.issues, key=lambda i: i.line or 0))
+    return result
+
+
+def load_pipeline_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> PipelineFile:
+    """Load and validate a pipeline file; raises :class:`ConfigError` with every issue found."""
+    label = os.fspath(path)
+    try:
+        text = Path(label).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError([ConfigIssue(label, None, "", f"cannot read the pipeline file: {error}")]) from None
+    return load_pipeline_text(text, label, env, base_dir=Path(label).resolve().parent)

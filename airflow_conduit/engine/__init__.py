@@ -1,0 +1,1 @@
+"""The engine: runs inside the Spark driver and never imports airflow."""

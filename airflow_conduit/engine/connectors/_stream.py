@@ -1,0 +1,53 @@
+"""What every Python streaming source shares: its options, the stop request, admission control."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
+
+from airflow_conduit.record import SOURCE_SCHEMA
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What the engine tells a source about the run it is part of."""
+
+    connector_id: str
+    node_id: str
+    stop_file: str
+    """While this file exists a graceful stop is under way: report no new data."""
+
+
+def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, str]:
+    """Python data sources get string options only: pass the settings and context as one JSON value."""
+    return {
+        "conduit": json.dumps({"settings": dict(settings), "stop_file": ctx.stop_file, "node": ctx.node_id})
+    }
+
+
+def parse_options(options: dict[str, str]) -> tuple[dict[str, Any], str, str]:
+    conf = json.loads(options["conduit"])
+    return conf["settings"], conf["stop_file"], conf["node"]
+
+
+def stop_requested(stop_file: str) -> bool:
+    return bool(stop_file) and os.path.exists(stop_file)
+
+
+def max_rows(limit: ReadLimit | None, default: int) -> int:
+    if isinstance(limit, ReadMaxRows):
+        return limit.max_rows
+    return default
+
+
+def read_python_source(
+    spark: SparkSession, source_cls: type, settings: dict[str, Any], ctx: SourceContext
+) -> DataFrame:
+    spark.dataSource.register(source_cls)
+    reader = spark.readStream.format(source_cls.name()).schema(SOURCE_SCHEMA)
+    return reader.options(**source_options(settings, ctx)).load()

@@ -1,0 +1,240 @@
+"""Builds a pipeline's streaming query from a validated config and runs it to a stop.
+
+Also the entry point for ``spark-submit``: ``spark-submit .../airflow_conduit/engine/job.py FILE
+--pipeline ID --state-dir DIR --until-idle`` takes the same arguments as ``airflow-conduit run``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
+from airflow_conduit.engine.batch import BatchProcessor, BatchResult
+from airflow_conduit.engine.connectors import SOURCES, SourceContext
+from airflow_conduit.engine.processors import apply_all
+from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
+from airflow_conduit.record import (
+    DATA_FIELDS,
+    META_READ_AT,
+    META_SOURCE_CONNECTOR,
+    STATE_OPEN,
+)
+from airflow_conduit.state import PipelineState, utc_now
+
+logger = logging.getLogger("airflow_conduit.engine")
+
+DEFAULT_STOP_TIMEOUT = 30.0  # seconds; Transporter's window for the batch in flight
+DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    until_idle: bool = False
+    """Process what the sources hold now, then stop gracefully (Spark's AvailableNow)."""
+    stop_timeout: float = DEFAULT_STOP_TIMEOUT
+    """After a stop request, how long the batch in flight may take before the stop is forceful."""
+    trigger_interval: str = DEFAULT_TRIGGER_INTERVAL
+    """In continuous mode, the least time between micro-batch starts."""
+
+
+def source_records(spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState) -> DataFrame:
+    """One source's stream as records: structured values parsed, standard metadata, internal columns,
+    and the source's own processors applied (before the fan-in)."""
+    ctx = SourceContext(source.id, source.node_id, str(state.stop_file))
+    raw = SOURCES[source.plugin](spark, dict(source.settings), ctx)
+    metadata = (
+        "map_concat(coalesce(metadata, cast(map() as map<string,string>)), map("
+        f"'{META_READ_AT}', cast(unix_micros(current_timestamp()) * 1000 as string), "
+        f"'{META_SOURCE_CONNECTOR}', '{source.node_id}')) AS metadata"
+    )
+    columns = ["position", "operation", metadata]
+    for name in DATA_FIELDS:
+        columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]
+    records = raw.selectExpr(
+        *columns,
+        f"CAST({index} AS INT) AS _src",
+        "CAST(NULL AS BIGINT) AS _seq",  # numbered after the fan-in, in the micro-batch
+        f"'{STATE_OPEN}' AS _state",
+        "CAST(NULL AS STRING) AS _error",
+        "CAST(NULL AS STRING) AS _node",
+    )
+    return apply_all(records, source.processors)
+
+
+class PipelineRun:
+    """One run of one pipeline: start, then :meth:`wait` for its end and exit payload."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        pipeline: PipelineConfig,
+        state: PipelineState,
+        options: RunOptions = RunOptions(),
+        on_batch: Callable[[PipelineRun, BatchResult], None] | None = None,
+    ) -> None:
+        self.spark = spark
+        self.pipeline = pipeline
+        self.state = state
+        self.options = options
+        self.on_batch = on_batch
+        self.processor = BatchProcessor(pipeline, state)
+        self.error: PipelineError | None = None
+        self.query: StreamingQuery | None = None
+        self.started_at = utc_now()
+        self._started_clock = time.monotonic()
+        self._stop_asked_at: float | None = None
+        self._in_batch = False
+        self._forced = False
+
+    @property
+    def counters(self):
+        return self.processor.counters
+
+    def start(self) -> PipelineRun:
+        state = self.state
+        state.clear_stop_request()
+        state.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+        streams = [source_records(self.spark, i, s, state) for i, s in enumerate(self.pipeline.sources)]
+        union = reduce(DataFrame.unionByName, streams)
+        writer = (
+            union.writeStream.queryName(f"conduit-{self.pipeline.id}")
+            .foreachBatch(self._run_batch)
+            .option("checkpointLocation", str(state.checkpoint_dir))
+        )
+        if self.options.until_idle:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=self.options.trigger_interval)
+        state.write_status("running", error=None, started_at=self.started_at, counters=self.counters.records())
+        state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
+        self.query = writer.start()
+        return self
+
+    def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
+        self._in_batch = True
+        started = time.monotonic()
+        try:
+            result = self.processor(batch, batch_id)
+        except PipelineStopped as stop:
+            self.error = stop.error
+            raise
+        finally:
+            self._in_batch = False
+        seconds = time.monotonic() - started
+        self.state.write_status("running", counters=self.counters.records(), batches=self.counters.batches)
+        logger.info(
+            "%s: batch %d: %d records (%d acked, %d filtered, %d nacked) in %.2fs, %.0f records/s; total read %d",
+            self.pipeline.id,
+            batch_id,
+            result.read,
+            result.acked,
+            result.filtered,
+            result.nacked,
+            seconds,
+            result.read / seconds if seconds else 0.0,
+            self.counters.read,
+        )
+        if self.on_batch:
+            self.on_batch(self, result)
+
+    def request_stop(self) -> None:
+        """Graceful stop: sources report no new data, the batch in flight completes and commits."""
+        if self._stop_asked_at is None:
+            self._stop_asked_at = time.monotonic()
+            self.state.request_stop()
+            self.state.audit("stop_requested", timeout_seconds=self.options.stop_timeout)
+
+    def wait(self, poll_seconds: float = 0.5) -> dict[str, Any]:
+        """Block until the query ends (by itself, a stop request or an error); returns the exit payload."""
+        assert self.query is not None, "start() first"
+        query = self.query
+        try:
+            while not query.awaitTermination(poll_seconds):
+                if self._stop_asked_at is None and self.state.stop_requested:
+                    self.request_stop()  # asked through the state dir, e.g. by `airflow-conduit stop`
+                if self._stop_asked_at is not None:
+                    self._stop_when_idle(query)
+        except PySparkException as failure:
+            if self.error is None:
+                self.error = classify_failure(failure)
+        except KeyboardInterrupt:
+            query.stop()
+            self.error = PipelineError("transient", Code.INTERRUPTED, "interrupted", None)
+        return self.finish()
+
+    def _stop_when_idle(self, query: StreamingQuery) -> None:
+        waited = time.monotonic() - (self._stop_asked_at or 0)
+        if not self._in_batch and not query.status["isTriggerActive"]:
+            query.stop()
+        elif waited > self.options.stop_timeout:
+            self._forced = True
+            query.stop()
+
+    def finish(self) -> dict[str, Any]:
+        state = self.state
+        if self._forced and self.error is None:
+            self.error = PipelineError(
+                "transient",
+                Code.STOP_TIMEOUT,
+                f"the batch in flight did not finish within {self.options.stop_timeout:g}s of the stop "
+                "request; it was dropped and will be read again on restart",
+                None,
+            )
+        error = self.error
+        status = "stopped" if error is None else ("degraded" if error.kind == "fatal" else "failed")
+        payload = {
+            "pipeline": self.pipeline.id,
+            "status": status,
+            "exit_code": EXIT_STOPPED if error is None else error.exit_code,
+            "error": error.to_dict() if error else None,
+            "records": self.counters.records(),
+            "batches": self.counters.batches,
+            "started_at": self.started_at,
+            "ended_at": utc_now(),
+            "duration_seconds": round(time.monotonic() - self._started_clock, 3),
+            "dlq": self.counters.dlq_summary(state),
+            "state_dir": str(state.root),
+        }
+        state.write_exit_payload(payload)
+        state.write_status(status, error=payload["error"], counters=payload["records"], ended_at=payload["ended_at"])
+        if error is not None:
+            state.audit("fault", classification=error.kind, code=error.code, message=error.message, node=error.node)
+            if error.kind == "fatal":
+                state.audit("degraded", error=error.to_dict())
+        else:
+            state.audit("stopped", records=payload["records"])
+        state.clear_stop_request()
+        return payload
+
+
+def classify_failure(failure: Exception) -> PipelineError:
+    """A Spark failure that no processor classified: transient, as in Conduit (a source or destination
+    unreachable, a task lost, ...)."""
+    message = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
+    lowered = str(failure)
+    code = Code.SPARK_FAILED
+    if "conduit_file" in lowered or "conduit_generator" in lowered:
+        code = Code.SOURCE_FAILED
+    return PipelineError("transient", code, message[:2000], None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under ``spark-submit``: the same arguments as ``airflow-conduit run``."""
+    from airflow_conduit.cli import main as cli_main
+
+    return cli_main(["run", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

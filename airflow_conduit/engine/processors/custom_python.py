@@ -1,0 +1,133 @@
+"""``custom.python``: a user's Python function per record, run on the executors through Arrow.
+
+The function gets the record as a plain dict ``{position, operation, metadata, key, payload: {before,
+after}}`` (structured data as dicts, raw data as bytes) and returns a dict, or ``None`` to filter the
+record out. ``TransientError`` / ``FatalError`` from :mod:`airflow_conduit.errors` stop the pipeline;
+any other exception nacks the record with the error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.processors._expr import active_sql
+from airflow_conduit.errors import ConduitError
+from airflow_conduit.record import (
+    DATA_FIELDS,
+    INTERNAL_COLUMNS,
+    RECORD_COLUMNS,
+    STATE_FILTERED,
+    STATE_NACKED,
+)
+
+ARROW_SCHEMA = (
+    "position binary, operation string, metadata map<string,string>, "
+    "key_json string, key_raw binary, before_json string, before_raw binary, "
+    "after_json string, after_raw binary, "
+    "_src int, _seq bigint, _state string, _error string, _node string, _active boolean"
+)
+
+
+def load_function(reference: str, path: str | None) -> Callable[[dict[str, Any]], Any]:
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    module_name, _, attribute = reference.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _data_in(text: str | None, raw: bytes | None) -> Any:
+    if text is not None:
+        return json.loads(text)
+    return raw
+
+
+def _data_out(value: Any) -> tuple[str | None, bytes | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, (bytes, bytearray)):
+        return None, bytes(value)
+    if isinstance(value, str):
+        return None, value.encode()
+    return json.dumps(value, default=str), None
+
+
+class _Batch:
+    """Column lists of one Arrow batch, updated in place row by row."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.columns = batch.to_pydict()
+
+    def record(self, i: int) -> dict[str, Any]:
+        c = self.columns
+        return {
+            "position": c["position"][i],
+            "operation": c["operation"][i],
+            "metadata": dict(c["metadata"][i] or ()),
+            "key": _data_in(c["key_json"][i], c["key_raw"][i]),
+            "payload": {
+                "before": _data_in(c["before_json"][i], c["before_raw"][i]),
+                "after": _data_in(c["after_json"][i], c["after_raw"][i]),
+            },
+        }
+
+    def store(self, i: int, record: dict[str, Any]) -> None:
+        c = self.columns
+        position = record.get("position", c["position"][i])
+        c["position"][i] = position.encode() if isinstance(position, str) else position
+        c["operation"][i] = record.get("operation", c["operation"][i])
+        c["metadata"][i] = [(str(k), str(v)) for k, v in (record.get("metadata") or {}).items()]
+        payload = record.get("payload") or {}
+        values = {"key": record.get("key"), "before": payload.get("before"), "after": payload.get("after")}
+        for name in DATA_FIELDS:
+            c[f"{name}_json"][i], c[f"{name}_raw"][i] = _data_out(values[name])
+
+    def mark(self, i: int, state: str, error: str | None, node: str) -> None:
+        self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
+
+
+def make_mapper(reference: str, path: str | None, node_id: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        function = load_function(reference, path)
+        for arrow_batch in batches:
+            batch = _Batch(arrow_batch)
+            for i, active in enumerate(batch.columns["_active"]):
+                if not active:
+                    continue
+                try:
+                    result = function(batch.record(i))
+                except ConduitError as stop:
+                    batch.mark(i, stop.kind, f"{type(stop).__name__}: {stop}", node_id)
+                except Exception as error:  # any other failure nacks this record only
+                    batch.mark(i, STATE_NACKED, f"{type(error).__name__}: {error}", node_id)
+                else:
+                    if result is None:
+                        batch.mark(i, STATE_FILTERED, None, node_id)
+                    else:
+                        batch.store(i, result)
+            yield pa.RecordBatch.from_pydict(batch.columns, schema=arrow_batch.schema)
+
+    return run
+
+
+def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+    as_text = [
+        F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
+        for column in RECORD_COLUMNS
+    ]
+    prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
+    mapper = make_mapper(str(proc.settings["function"]), proc.settings.get("path"), proc.node_id)
+    mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA)
+    restored = [
+        F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
+        for column in RECORD_COLUMNS
+    ]
+    return mapped.select(*restored, *INTERNAL_COLUMNS)

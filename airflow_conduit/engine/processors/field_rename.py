@@ -1,0 +1,42 @@
+"""``field.rename``: ``mapping: .Payload.After.a:b,.Metadata.x:y`` renames fields in place."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from airflow_conduit.config.fieldref import parse_field_ref
+from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.processors._expr import apply_changes, raw_problem, sql_str, unsupported, update_parent
+
+
+def mapping_of(proc: ProcessorConfig) -> list[tuple[str, str]]:
+    mapping = proc.settings["mapping"]
+    if isinstance(mapping, dict):
+        return [(str(k), str(v)) for k, v in mapping.items()]
+    if isinstance(mapping, str):
+        mapping = mapping.split(",")
+    pairs = []
+    for entry in mapping:
+        if isinstance(entry, (list, tuple)):
+            pairs.append((str(entry[0]), str(entry[1])))
+        else:
+            old, _, new = str(entry).strip().rpartition(":")
+            pairs.append((old.strip(), new.strip()))
+    return pairs
+
+
+def rename_keys(map_sql: str, old: str, new: str) -> str:
+    return f"transform_keys({map_sql}, (k, v) -> CASE WHEN k = {sql_str(old)} THEN {sql_str(new)} ELSE k END)"
+
+
+def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+    for old_text, new_name in mapping_of(proc):
+        ref = parse_field_ref(old_text)
+        if ref.root == "metadata" and ref.path:
+            records = apply_changes(records, proc, {"metadata": rename_keys("metadata", ref.path[0], new_name)})
+        elif ref.root in ("key", "before", "after") and ref.path:
+            changed = update_parent(ref.root, ref.path, rename_keys("{m}", ref.path[-1], new_name))
+            records = apply_changes(records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"})
+        else:
+            raise unsupported(proc, ref)
+    return records

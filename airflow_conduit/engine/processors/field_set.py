@@ -1,0 +1,40 @@
+"""``field.set``: set a field to a value (the whole raw value when the field is ``.Payload.After``)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.processors._expr import (
+    EMPTY_METADATA,
+    apply_changes,
+    field_ref,
+    raw_problem,
+    raw_problem_message,
+    set_path,
+    sql_str,
+    unsupported,
+)
+
+
+def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+    ref = field_ref(proc)
+    value = sql_str(str(proc.settings["value"]))
+    if ref.root == "operation":
+        return apply_changes(records, proc, {"operation": value})
+    if ref.root == "metadata":
+        if not ref.path:
+            raise unsupported(proc, ref)
+        merged = f"map_concat(coalesce(metadata, {EMPTY_METADATA}), map({sql_str(ref.path[0])}, {value}))"
+        return apply_changes(records, proc, {"metadata": merged})
+    if ref.root in ("key", "before", "after"):
+        if not ref.path:
+            return apply_changes(records, proc, {ref.root: "NULL", f"{ref.root}_raw": f"cast({value} as binary)"})
+        return apply_changes(
+            records,
+            proc,
+            {ref.root: set_path(ref.root, ref.path, f"cast({value} as variant)")},
+            problem=raw_problem(ref),
+            problem_message=raw_problem_message(proc, ref),
+        )
+    raise unsupported(proc, ref)

@@ -1,0 +1,26 @@
+"""``json.encode``: turn structured data in a field into JSON text (raw bytes for a whole payload)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+
+from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.processors._expr import apply_changes, field_ref, get_path, set_path, unsupported
+
+
+def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+    ref = field_ref(proc)
+    if ref.root not in ("key", "before", "after"):
+        raise unsupported(proc, ref)
+    if not ref.path:
+        return apply_changes(
+            records,
+            proc,
+            {
+                f"{ref.root}_raw": f"CASE WHEN {ref.root} IS NULL THEN {ref.root}_raw ELSE cast(to_json({ref.root}) as binary) END",
+                ref.root: "NULL",
+            },
+        )
+    value = get_path(ref.root, ref.path)
+    encoded = set_path(ref.root, ref.path, f"cast(to_json({value}) as variant)")
+    return apply_changes(records, proc, {ref.root: f"CASE WHEN {value} IS NULL THEN {ref.root} ELSE {encoded} END"})

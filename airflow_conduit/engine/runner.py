@@ -1,0 +1,131 @@
+"""Runs the pipelines of one request in one Spark application, and checks their plans first."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
+from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
+from airflow_conduit.engine.processors import PROCESSORS
+from airflow_conduit.engine.session import get_session
+from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
+from airflow_conduit.state import PipelineState, utc_now
+
+logger = logging.getLogger("airflow_conduit.engine")
+
+RECORD_SCHEMA = (
+    "position binary, operation string, metadata map<string,string>, key variant, key_raw binary, "
+    "before variant, before_raw binary, after variant, after_raw binary, "
+    "_src int, _seq bigint, _state string, _error string, _node string"
+)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    pipelines: tuple[PipelineConfig, ...]
+    state_dir: Path
+    master: str | None = None
+    until_idle: bool = False
+    stop_timeout: float | None = None
+    recover: bool = False
+
+    @property
+    def options(self) -> RunOptions:
+        return RunOptions(
+            until_idle=self.until_idle,
+            stop_timeout=DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout,
+        )
+
+
+class PlanError(Exception):
+    """A processor whose Spark SQL does not analyse (a condition naming an unknown function, ...)."""
+
+    def __init__(self, proc: ProcessorConfig, cause: Exception) -> None:
+        first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        where = f"{proc.field_path}" + (f" (line {proc.line})" if proc.line else "")
+        super().__init__(f"{where}: processor {proc.node_id} ({proc.plugin}) is invalid: {first_line}")
+        self.proc = proc
+
+
+def check_plan(spark: SparkSession, pipeline: PipelineConfig) -> None:
+    """Analyse every processor on an empty batch, so Spark SQL errors surface before any data moves,
+    naming the processor, instead of failing the first micro-batch."""
+    empty: DataFrame = spark.createDataFrame([], RECORD_SCHEMA)
+    scopes = [pipeline.processors] + [c.processors for c in pipeline.connectors]
+    for processors in scopes:
+        for proc in processors:
+            try:
+                PROCESSORS[proc.plugin](empty, proc).schema  # noqa: B018 - forces analysis
+            except Exception as error:
+                raise PlanError(proc, error) from error
+
+
+def config_failure(pipeline: PipelineConfig, state: PipelineState, message: str) -> dict[str, Any]:
+    error = PipelineError("fatal", Code.INVALID_CONFIG, message, None)
+    now = utc_now()
+    payload = {
+        "pipeline": pipeline.id,
+        "status": "degraded",
+        "exit_code": EXIT_CONFIG,
+        "error": error.to_dict(),
+        "records": {"read": 0, "acked": 0, "filtered": 0, "nacked": 0, "dlq": 0, "written": {}},
+        "batches": 0,
+        "started_at": now,
+        "ended_at": now,
+    }
+    state.write_exit_payload(payload)
+    state.write_status("degraded", error=error.to_dict())
+    state.audit("degraded", error=error.to_dict())
+    return payload
+
+
+def run_pipelines(
+    request: RunRequest,
+    *,
+    spark: SparkSession | None = None,
+    install_signal_handlers: Callable[[Callable[[], None]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run the request's pipelines side by side; returns one exit payload per pipeline, in order."""
+    spark = spark or get_session(request.master)
+    runs: list[PipelineRun] = []
+    payloads: dict[str, dict[str, Any]] = {}
+    for pipeline in request.pipelines:
+        state = PipelineState(request.state_dir, pipeline.id)
+        try:
+            check_plan(spark, pipeline)
+        except PlanError as error:
+            logger.error("%s", error)
+            payloads[pipeline.id] = config_failure(pipeline, state, str(error))
+            continue
+        runs.append(PipelineRun(spark, pipeline, state, request.options))
+
+    def stop_all() -> None:
+        for run in runs:
+            run.request_stop()
+
+    if install_signal_handlers:
+        install_signal_handlers(stop_all)
+    for run in runs:
+        logger.info("%s: starting (%s)", run.pipeline.id, "until idle" if request.until_idle else "continuous")
+        run.start()
+    for run in runs:
+        payloads[run.pipeline.id] = run.wait()
+    return [payloads[p.id] for p in request.pipelines]
+
+
+def run_pipeline(
+    spark: SparkSession, pipeline: PipelineConfig, state_dir: str | Path, options: RunOptions = RunOptions()
+) -> dict[str, Any]:
+    """Run one pipeline in an existing session (tests, notebooks); returns its exit payload."""
+    state = PipelineState(Path(state_dir), pipeline.id)
+    try:
+        check_plan(spark, pipeline)
+    except PlanError as error:
+        return config_failure(pipeline, state, str(error))
+    return PipelineRun(spark, pipeline, state, options).start().wait()

@@ -1,0 +1,49 @@
+"""The SparkSession the engine runs in."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+
+
+def ensure_python_workers() -> None:
+    """Spark's Python workers use ``PYSPARK_PYTHON``; without it they start the system python, which
+    lacks pyarrow (DESIGN.md §5). Default it to the interpreter running the engine."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def get_session(master: str | None = None, app_name: str = "airflow-conduit") -> SparkSession:
+    """Get or create the session. ``master=None`` keeps what spark-submit configured, else ``local[*]``."""
+    ensure_python_workers()
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
+    elif not under_spark_submit():
+        builder = builder.master(DEFAULT_MASTER)
+    cores = os.cpu_count() or 2
+    spark = (
+        builder.config("spark.sql.shuffle.partitions", str(max(2, cores)))
+        # field.set and friends merge maps: the new value wins.
+        .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.streaming.stopTimeout", "0")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel(os.environ.get("CONDUIT_SPARK_LOG_LEVEL", "ERROR"))
+    return spark
+
+
+def under_spark_submit() -> bool:
+    """spark-submit starts the JVM first and hands the driver its gateway; the master is then its own."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def check_versions(spark: SparkSession) -> tuple[str, str]:
+    """The Python and JVM Spark versions; they must agree or every Python UDF fails (DESIGN.md §5)."""
+    import pyspark
+
+    return pyspark.__version__, spark.version

@@ -1,0 +1,534 @@
+"""Loading and validating pipeline files: the model, defaults, and one test per kind of issue."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from airflow_conduit.config import (
+    PLUGINS,
+    ConfigError,
+    ConfigIssue,
+    DLQConfig,
+    load_pipeline_file,
+    load_pipeline_text,
+)
+
+VALID = """\
+version: "2.2"
+pipelines:
+  - id: orders
+    description: orders to the lake
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: "10"
+          format.options.id: int
+          format.options.kind: string
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: /tmp/out
+        processors:
+          - id: drop-x
+            plugin: field.exclude
+            settings: {fields: .Metadata.x}
+    processors:
+      - id: tag
+        plugin: field.set
+        condition: .Payload.After.kind = 'refund'
+        workers: 4
+        settings: {field: .Metadata.env, value: prod}
+  - id: audit
+    status: stopped
+    name: Audit trail
+    connectors:
+      - {id: gen, type: source, plugin: builtin:generator}
+      - {id: log, type: destination, plugin: builtin:log, settings: {level: debug}}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings: {path: /tmp/dlq}
+      window-size: 5
+      window-nack-threshold: 2
+"""
+
+
+def load(text: str, env: dict[str, str] | None = None, label: str = "p.yaml"):
+    return load_pipeline_text(textwrap.dedent(text), label, env or {})
+
+
+def issues(text: str, env: dict[str, str] | None = None) -> list[ConfigIssue]:
+    with pytest.raises(ConfigError) as caught:
+        load(text, env)
+    return caught.value.issues
+
+
+def issue_at(found: list[ConfigIssue], path: str) -> ConfigIssue:
+    matches = [i for i in found if i.field_path == path]
+    assert matches, f"no issue at {path}; got:\n" + "\n".join(map(str, found))
+    return matches[0]
+
+
+def line_of(text: str, needle: str, nth: int = 1) -> int:
+    """1-based line of the nth line containing ``needle``: keeps expected line numbers honest."""
+    hits = [n for n, line in enumerate(textwrap.dedent(text).splitlines(), 1) if needle in line]
+    return hits[nth - 1]
+
+
+def pipeline(connectors: str = "", processors: str = "", extra: str = "") -> str:
+    """A valid one-pipeline file; ``connectors`` replaces the default source+destination."""
+    connectors = connectors or (
+        "      - {id: src, type: source, plugin: builtin:generator}\n"
+        "      - {id: dst, type: destination, plugin: builtin:log}\n"
+    )
+    text = 'version: "2.2"\npipelines:\n  - id: p\n    connectors:\n' + connectors
+    if processors:
+        text += "    processors:\n" + processors
+    return text + extra
+
+
+# --- valid files ---------------------------------------------------------------------------------------
+
+
+def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
+    result = load(VALID)
+    assert result.version == "2.2"
+    assert result.path == "p.yaml"
+    assert [p.id for p in result.pipelines] == ["orders", "audit"]
+
+    orders = result.get("orders")
+    assert (orders.status, orders.name, orders.description) == ("running", "orders", "orders to the lake")
+    assert orders.field_path == "pipelines[0]" and orders.line == 3
+    gen, out = orders.connectors
+    assert (gen.node_id, out.node_id) == ("orders:gen", "orders:out")
+    assert gen.name == "gen" and gen.line == line_of(VALID, "id: gen")
+    assert orders.sources == (gen,) and orders.destinations == (out,)
+    assert gen.settings == {
+        "recordCount": 10,
+        "rate": 0.0,
+        "collections": "",
+        "operations": "create",
+        "format.type": "structured",
+        "format.options": {"id": "int", "kind": "string"},
+        "seed": 0,
+        "maxRecordsPerBatch": 100000,
+    }
+    assert out.settings == {"path": "/tmp/out", "namespace": ".*"}
+    (drop,) = out.processors
+    assert drop.node_id == "orders:out:drop-x" and drop.workers == 1
+    assert drop.field_path == "pipelines[0].connectors[1].processors[0]"
+    (tag,) = orders.processors
+    assert tag.node_id == "orders:tag" and tag.workers == 4
+    assert tag.condition == "try_variant_get(after, '$.kind', 'string') = 'refund'"
+    assert tag.condition_source == ".Payload.After.kind = 'refund'"
+    assert orders.dlq == DLQConfig(
+        plugin="builtin:log",
+        settings={"level": "warn", "message": "record delivery failed", "namespace": ".*"},
+        window_size=1,
+        window_nack_threshold=0,
+        field_path="pipelines[0].dead-letter-queue",
+        line=None,
+    )
+
+    audit = result.get("audit")
+    assert (audit.status, audit.name) == ("stopped", "Audit trail")
+    assert audit.connectors[0].settings["recordCount"] == -1
+    assert audit.connectors[0].settings["format.options"] == {"id": "int", "name": "string"}
+    assert audit.connectors[1].settings == {"level": "debug", "message": "", "namespace": ".*"}
+    assert audit.dlq.plugin == "builtin:file"
+    assert (audit.dlq.window_size, audit.dlq.window_nack_threshold) == (5, 2)
+    assert audit.dlq.settings == {"path": "/tmp/dlq", "namespace": ".*"}
+
+
+def test_load_pipeline_file_reads_from_disk(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(VALID)
+    assert [p.id for p in load_pipeline_file(path, env={}).pipelines] == ["orders", "audit"]
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_pipeline_file(tmp_path / "nope.yaml")
+
+
+V1 = """\
+version: 1.0
+pipelines:
+  pipeline1:
+    status: running
+    connectors:
+      con1:
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: 5
+      con2:
+        type: destination
+        plugin: builtin:log
+        processors:
+          proc2:
+            type: filter
+    processors:
+      proc1:
+        type: field.set
+        settings:
+          field: .Metadata.a
+          value: b
+"""
+
+
+def test_v1_mapping_form_loads() -> None:
+    result = load(V1)
+    assert result.version == "1.0"
+    (p,) = result.pipelines
+    assert p.id == "pipeline1" and p.field_path == "pipelines.pipeline1"
+    assert [c.id for c in p.connectors] == ["con1", "con2"]
+    assert p.connectors[1].field_path == "pipelines.pipeline1.connectors.con2"
+    assert p.connectors[1].processors[0].node_id == "pipeline1:con2:proc2"
+    assert p.connectors[1].processors[0].plugin == "filter"
+    assert p.processors[0].plugin == "field.set" and p.processors[0].node_id == "pipeline1:proc1"
+
+
+def test_v1_mapping_form_paths_use_keys() -> None:
+    text = V1.replace("plugin: builtin:log", "plugin: builtin:nope")
+    found = issue_at(issues(text), "pipelines.pipeline1.connectors.con2.plugin")
+    assert found.line == line_of(text, "builtin:nope")
+
+
+def test_mapping_form_is_rejected_in_v2() -> None:
+    text = V1.replace("version: 1.0", 'version: "2.2"')
+    assert "only accepted in version 1.x" in issue_at(issues(text), "pipelines").message
+
+
+def test_processor_plugin_wins_over_deprecated_type() -> None:
+    text = pipeline(processors="      - {id: f, type: error, plugin: filter}\n")
+    assert load(text).pipelines[0].processors[0].plugin == "filter"
+
+
+# --- environment ---------------------------------------------------------------------------------------
+
+
+def test_env_substitution_and_default() -> None:
+    text = pipeline(
+        connectors=(
+            "      - id: src\n        type: source\n        plugin: builtin:generator\n"
+            "        settings: {recordCount: '${COUNT}', collections: '${COLL:-orders}'}\n"
+            "      - {id: dst, type: destination, plugin: builtin:file, settings: {path: '${OUT}/x'}}\n"
+        )
+    )
+    result = load(text, env={"COUNT": "7", "OUT": "/data"})
+    src, dst = result.pipelines[0].connectors
+    assert src.settings["recordCount"] == 7 and src.settings["collections"] == "orders"
+    assert dst.settings["path"] == "/data/x"
+
+
+def test_unset_env_variable_is_an_issue() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:file\n"
+            "        settings:\n          path: ${OUT_DIR}/x\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].settings.path")
+    assert found.line == line_of(text, "OUT_DIR")
+    assert found.message == "environment variable OUT_DIR is not set"
+    assert str(found) == f"p.yaml:{found.line}: pipelines[0].connectors[1].settings.path: {found.message}"
+
+
+# --- issues --------------------------------------------------------------------------------------------
+
+
+def test_unknown_plugin_lists_known_plugins() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:x\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].plugin")
+    assert found.line == line_of(text, "builtin:x")
+    assert found.message == "unknown plugin 'builtin:x' (known: builtin:file, builtin:generator, builtin:log)"
+
+
+def test_unknown_processor_plugin() -> None:
+    text = pipeline(processors="      - id: js\n        plugin: custom.javascript\n")
+    found = issue_at(issues(text), "pipelines[0].processors[0].plugin")
+    assert found.line == line_of(text, "custom.javascript")
+    assert "unknown plugin 'custom.javascript'" in found.message and "field.set" in found.message
+
+
+def test_bad_connector_type() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: sink\n        plugin: builtin:log\n"
+        )
+    )
+    found = issues(text)
+    bad = issue_at(found, "pipelines[0].connectors[1].type")
+    assert bad.line == line_of(text, "type: sink")
+    assert "source or destination" in bad.message and "'sink'" in bad.message
+    # The missing destination follows from the typo: not reported twice.
+    assert len(found) == 1
+
+
+def test_source_plugin_used_as_destination() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:generator\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].plugin")
+    assert found.line == line_of(text, "plugin: builtin:generator", 2)
+    assert "is a source connector" in found.message
+
+
+def test_duplicate_ids_reported_at_the_second() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - {id: dst, type: destination, plugin: builtin:log}\n"
+        ),
+        processors="      - id: dst\n        plugin: filter\n",
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[0].id")
+    assert found.line == line_of(text, "      - id: dst")
+    assert "duplicate processor id 'dst'" in found.message
+    assert "pipelines[0].connectors[1].id" in found.message
+
+
+def test_duplicate_pipeline_ids() -> None:
+    text = VALID.replace("  - id: audit", "  - id: orders")
+    found = issue_at(issues(text), "pipelines[1].id")
+    assert found.line == line_of(text, "- id: orders", 2)
+    assert "duplicate pipeline id 'orders'" in found.message
+
+
+def test_no_source() -> None:
+    text = pipeline(connectors="      - {id: dst, type: destination, plugin: builtin:log}\n")
+    found = issue_at(issues(text), "pipelines[0].connectors")
+    assert found.line == line_of(text, "connectors:")
+    assert found.message == "pipeline 'p' has no source connector"
+
+
+def test_no_destination() -> None:
+    text = pipeline(connectors="      - {id: src, type: source, plugin: builtin:generator}\n")
+    found = issue_at(issues(text), "pipelines[0].connectors")
+    assert found.line == line_of(text, "connectors:")
+    assert found.message == "pipeline 'p' has no destination connector"
+
+
+def test_dlq_window_size_must_exceed_threshold() -> None:
+    text = pipeline(extra="    dead-letter-queue:\n      window-size: 2\n      window-nack-threshold: 2\n")
+    found = issue_at(issues(text), "pipelines[0].dead-letter-queue.window-nack-threshold")
+    assert found.line == line_of(text, "window-nack-threshold")
+    assert "less than window-size (2)" in found.message
+
+
+def test_dlq_window_size_zero_takes_every_nack() -> None:
+    text = pipeline(extra="    dead-letter-queue:\n      window-size: 0\n      window-nack-threshold: 9\n")
+    assert load(text).pipelines[0].dlq.window_size == 0
+
+
+def test_dlq_plugin_must_be_a_destination() -> None:
+    text = pipeline(extra="    dead-letter-queue:\n      plugin: builtin:generator\n")
+    found = issue_at(issues(text), "pipelines[0].dead-letter-queue.plugin")
+    assert found.line == line_of(text, "plugin: builtin:generator", 2)
+    assert "(known: builtin:file, builtin:log)" in found.message
+
+
+def test_condition_that_does_not_parse() -> None:
+    text = pipeline(
+        processors="      - id: f\n        plugin: filter\n        condition: .Payload.After.x = = 1\n"
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[0].condition")
+    assert found.line == line_of(text, "condition:")
+    assert "not a valid Spark SQL expression" in found.message
+
+
+def test_go_template_condition_explains_spark_sql() -> None:
+    text = pipeline(
+        processors=(
+            "      - id: f\n        plugin: filter\n"
+            "        condition: '{{ eq .Metadata.foo \"bar\" }}'\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[0].condition")
+    assert found.line == line_of(text, "condition:")
+    assert "Spark SQL" in found.message and "not Go templates" in found.message
+    assert ".Metadata[\"foo\"] = 'bar'" in found.message
+
+
+def test_custom_python_that_cannot_be_imported() -> None:
+    text = pipeline(
+        processors=(
+            "      - id: py\n        plugin: custom.python\n        settings:\n"
+            "          function: no_such_module_xyz:fn\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[0].settings.function")
+    assert found.line == line_of(text, "function:")
+    assert found.message.startswith("cannot import 'no_such_module_xyz:fn': ModuleNotFoundError")
+
+
+def test_custom_python_missing_callable(tmp_path: Path) -> None:
+    (tmp_path / "tf_missing_attr.py").write_text("x = 1\n")
+    text = pipeline(
+        processors=(
+            "      - id: py\n        plugin: custom.python\n        settings:\n"
+            f"          function: tf_missing_attr:nope\n          path: {tmp_path}\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[0].settings.function")
+    assert "AttributeError" in found.message
+
+
+def test_custom_python_relative_path_imports(tmp_path: Path) -> None:
+    (tmp_path / "udfs").mkdir()
+    (tmp_path / "udfs" / "tf_conf_ok.py").write_text("def mask(record):\n    return record\n")
+    text = pipeline(
+        processors=(
+            "      - id: py\n        plugin: custom.python\n        settings:\n"
+            "          function: tf_conf_ok:mask\n          path: udfs\n"
+        )
+    )
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    before = list(sys.path)
+    (proc,) = load_pipeline_file(path, env={}).pipelines[0].processors
+    assert proc.settings == {"function": "tf_conf_ok:mask", "path": str(tmp_path / "udfs")}
+    assert sys.path == before
+
+
+def test_missing_required_setting() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:file\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].settings.path")
+    assert found.line == line_of(text, "      - id: dst")
+    assert found.message == "required setting 'path' is missing"
+
+
+def test_mistyped_setting() -> None:
+    text = pipeline(
+        connectors=(
+            "      - id: src\n        type: source\n        plugin: builtin:generator\n"
+            "        settings:\n          recordCount: lots\n"
+            "      - {id: dst, type: destination, plugin: builtin:log}\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[0].settings.recordCount")
+    assert found.line == line_of(text, "recordCount")
+    assert "valid integer" in found.message and "'lots'" in found.message
+
+
+def test_unknown_setting_key() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:log\n"
+            "        settings:\n          colour: red\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
+    assert found.line == line_of(text, "colour")
+    assert "unknown setting 'colour' for builtin:log (known: level, message, namespace)" == found.message
+
+
+def test_unknown_top_level_field() -> None:
+    text = pipeline() + "foo: 1\n"
+    found = issue_at(issues(text), "foo")
+    assert found.line == line_of(text, "foo: 1")
+    assert found.message == "unknown field 'foo'"
+
+
+def test_unknown_pipeline_field() -> None:
+    text = pipeline().replace("    connectors:", "    conectors: []\n    connectors:")
+    found = issue_at(issues(text), "pipelines[0].conectors")
+    assert found.line == line_of(text, "conectors")
+
+
+def test_bad_namespace_regex() -> None:
+    text = pipeline(
+        connectors=(
+            "      - {id: src, type: source, plugin: builtin:generator}\n"
+            "      - id: dst\n        type: destination\n        plugin: builtin:log\n"
+            "        settings:\n          namespace: 'orders(['\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].connectors[1].settings.namespace")
+    assert found.line == line_of(text, "namespace")
+    assert "not a valid regular expression" in found.message
+
+
+def test_missing_and_unknown_version() -> None:
+    missing = issue_at(issues(pipeline().replace('version: "2.2"\n', "")), "version")
+    assert "required field 'version'" in missing.message
+    unknown = issue_at(issues(pipeline().replace('"2.2"', '"3.0"')), "version")
+    assert unknown.line == 1
+    assert unknown.message == "unknown version '3.0' (known: 1.0, 1.1, 2.0, 2.1, 2.2)"
+
+
+def test_bad_workers_and_field_set_operation() -> None:
+    text = pipeline(
+        processors=(
+            "      - id: s\n        plugin: field.set\n        workers: 0\n"
+            "        settings: {field: .Operation, value: upsert}\n"
+        )
+    )
+    found = issues(text)
+    assert issue_at(found, "pipelines[0].processors[0].workers").line == line_of(text, "workers")
+    assert "upsert" in issue_at(found, "pipelines[0].processors[0].settings.value").message
+
+
+def test_invalid_yaml_names_the_line() -> None:
+    found = issues('version: "2.2"\npipelines:\n  - id: [unclosed\n')
+    assert len(found) == 1 and found[0].field_path == "" and "invalid YAML" in found[0].message
+    assert found[0].line is not None
+
+
+def test_multiple_issues_collected_at_once() -> None:
+    text = pipeline(
+        connectors=(
+            "      - id: src\n        type: source\n        plugin: builtin:generator\n"
+            "        settings: {recordCount: lots, bogus: 1}\n"
+            "      - {id: dst, type: destination, plugin: builtin:x}\n"
+        ),
+        processors="      - {id: f, plugin: filter, condition: 'AND AND'}\n",
+    ) + "extra: true\n"
+    with pytest.raises(ConfigError) as caught:
+        load(text)
+    paths = [i.field_path for i in caught.value.issues]
+    assert paths == [
+        "pipelines[0].connectors[0].settings.recordCount",
+        "pipelines[0].connectors[0].settings.bogus",
+        "pipelines[0].connectors[1].plugin",
+        "pipelines[0].processors[0].condition",
+        "extra",
+    ]
+    lines = str(caught.value).splitlines()
+    assert len(lines) == 5 and all(line.startswith("p.yaml:") for line in lines)
+
+
+def test_issue_and_error_formatting() -> None:
+    with_line = ConfigIssue("f.yaml", 3, "pipelines[0].id", "bad")
+    without = ConfigIssue("f.yaml", None, "version", "missing")
+    assert str(with_line) == "f.yaml:3: pipelines[0].id: bad"
+    assert str(without) == "f.yaml: version: missing"
+    assert str(ConfigError([with_line, without])) == "f.yaml:3: pipelines[0].id: bad\nf.yaml: version: missing"
+
+
+def test_registry_shape() -> None:
+    assert set(PLUGINS["builtin:file"]) == {"source", "destination"}
+    assert PLUGINS["custom.python"]["processor"].name == "custom.python"
