@@ -269,6 +269,7 @@ class _Validator:
                     walk(item, name)
                 elif isinstance(item, list):
                     self.issue(_join(settings_path, name), mapping.line_of(key), "must be a single value")
+                    lines[name] = -1  # reported; keeps "required setting is missing" from repeating it
                 else:
                     flat[name] = _scalar(item)
                     lines[name] = mapping.line_of(key)
@@ -282,6 +283,8 @@ class _Validator:
         flat, lines, settings_path, settings_line = raw
         validated, problems = validate_settings(spec, flat, self.base_dir)
         for key, message in problems:
+            if lines.get(key) == -1:
+                continue
             self.issue(_join(settings_path, key), lines.get(key, settings_line), message)
         return validated
 
@@ -308,7 +311,7 @@ class _Validator:
             pipeline_id, id_path, id_line = self.get_id(node, path, key_id)
             self.check_unique(seen, pipeline_id, id_path, id_line, "pipeline")
             pipelines.append(self.pipeline(node, path, line, pipeline_id, is_v1))
-        if not pipelines and "pipelines" not in doc:
+        if not pipelines and not doc.get("pipelines"):
             self.issue("pipelines", doc.line, "the file defines no pipelines")
         return PipelineFile(path=self.file, version=version or "", pipelines=tuple(pipelines))
 

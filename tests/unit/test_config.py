@@ -357,8 +357,7 @@ def test_condition_that_does_not_parse() -> None:
 def test_go_template_condition_explains_spark_sql() -> None:
     text = pipeline(
         processors=(
-            "      - id: f\n        plugin: filter\n"
-            "        condition: '{{ eq .Metadata.foo \"bar\" }}'\n"
+            "      - id: f\n        plugin: filter\n        condition: '{{ eq .Metadata.foo \"bar\" }}'\n"
         )
     )
     found = issue_at(issues(text), "pipelines[0].processors[0].condition")
@@ -443,7 +442,7 @@ def test_unknown_setting_key() -> None:
     )
     found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
     assert found.line == line_of(text, "colour")
-    assert "unknown setting 'colour' for builtin:log (known: level, message, namespace)" == found.message
+    assert found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace)"
 
 
 def test_unknown_top_level_field() -> None:
@@ -499,14 +498,17 @@ def test_invalid_yaml_names_the_line() -> None:
 
 
 def test_multiple_issues_collected_at_once() -> None:
-    text = pipeline(
-        connectors=(
-            "      - id: src\n        type: source\n        plugin: builtin:generator\n"
-            "        settings: {recordCount: lots, bogus: 1}\n"
-            "      - {id: dst, type: destination, plugin: builtin:x}\n"
-        ),
-        processors="      - {id: f, plugin: filter, condition: 'AND AND'}\n",
-    ) + "extra: true\n"
+    text = (
+        pipeline(
+            connectors=(
+                "      - id: src\n        type: source\n        plugin: builtin:generator\n"
+                "        settings: {recordCount: lots, bogus: 1}\n"
+                "      - {id: dst, type: destination, plugin: builtin:x}\n"
+            ),
+            processors="      - {id: f, plugin: filter, condition: 'AND AND'}\n",
+        )
+        + "extra: true\n"
+    )
     with pytest.raises(ConfigError) as caught:
         load(text)
     paths = [i.field_path for i in caught.value.issues]
@@ -526,9 +528,16 @@ def test_issue_and_error_formatting() -> None:
     without = ConfigIssue("f.yaml", None, "version", "missing")
     assert str(with_line) == "f.yaml:3: pipelines[0].id: bad"
     assert str(without) == "f.yaml: version: missing"
-    assert str(ConfigError([with_line, without])) == "f.yaml:3: pipelines[0].id: bad\nf.yaml: version: missing"
+    assert (
+        str(ConfigError([with_line, without])) == "f.yaml:3: pipelines[0].id: bad\nf.yaml: version: missing"
+    )
 
 
 def test_registry_shape() -> None:
     assert set(PLUGINS["builtin:file"]) == {"source", "destination"}
     assert PLUGINS["custom.python"]["processor"].name == "custom.python"
+
+
+def test_empty_pipeline_list_is_an_issue() -> None:
+    found = issue_at(issues('version: "2.2"\npipelines: []\n'), "pipelines")
+    assert found.message == "the file defines no pipelines"

@@ -1,0 +1,113 @@
+"""Throughput of file -> json.decode -> field.set -> file against the bare Spark job a user would write.
+
+Both run in the same SparkSession on the same 1M JSON lines, so the ratio holds on a noisy machine even
+when absolute times drift. A second pipeline adds a ``custom.python`` pass-through processor.
+
+    .venv/bin/python benchmarks/throughput.py [--records N] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from airflow_conduit.config import load_pipeline_text
+from airflow_conduit.engine.job import RunOptions
+from airflow_conduit.engine.runner import run_pipeline
+from airflow_conduit.engine.session import get_session
+
+PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: {id}
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{source}"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{target}"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: tag, plugin: field.set, settings: {{field: .Payload.After.env, value: prod}}}}
+{extra}
+"""
+PASS_THROUGH = """      - id: py
+        plugin: custom.python
+        settings: {function: "passthrough:identity", path: "%s"}
+"""
+
+
+def make_data(path: Path, records: int) -> int:
+    rng = random.Random(7)
+    kinds = ["order", "refund", "exchange"]
+    with path.open("w") as fh:
+        for i in range(records):
+            fh.write(
+                json.dumps({"id": i, "kind": rng.choice(kinds), "amount": round(rng.random() * 500, 2), "sku": f"S{rng.randrange(10**5):05d}"})
+                + "\n"
+            )
+    return path.stat().st_size
+
+
+def bare_spark(spark, source: Path, target: Path) -> float:
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    frame = spark.read.schema("id long, kind string, amount double, sku string").json(str(source))
+    frame.withColumn("env", F.lit("prod")).write.mode("overwrite").json(str(target))
+    return time.perf_counter() - started
+
+
+def conduit(spark, work: Path, source: Path, name: str, extra: str = "") -> float:
+    target = work / f"out-{name}"
+    state = work / f"state-{name}"
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    text = PIPELINE.format(id=name, source=source, target=target, extra=extra)
+    pipeline = load_pipeline_text(text, f"<{name}>").pipelines[0]
+    started = time.perf_counter()
+    payload = run_pipeline(spark, pipeline, state, RunOptions(until_idle=True))
+    elapsed = time.perf_counter() - started
+    if payload["exit_code"] != 0:
+        sys.exit(f"{name} failed: {payload['error']}")
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[*]")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="conduit-bench-"))
+    source = work / "in"
+    source.mkdir()
+    size = make_data(source / "data.jsonl", args.records)
+    (work / "passthrough.py").write_text("def identity(record):\n    return record\n")
+    spark = get_session(args.master)
+    print(f"{args.records:,} JSON lines, {size / 1e6:.0f} MB, master {args.master}, {args.repeat} rounds")
+
+    extra = PASS_THROUGH % work
+    results: dict[str, list[float]] = {"bare": [], "pipeline": [], "python": []}
+    bare_spark(spark, source, work / "warmup")  # JIT and file cache, for both sides
+    for round_ in range(args.repeat):
+        results["bare"].append(bare_spark(spark, source, work / "out-bare"))
+        results["pipeline"].append(conduit(spark, work, source, f"p{round_}"))
+        results["python"].append(conduit(spark, work, source, f"py{round_}", extra))
+    rate = {k: args.records / statistics.median(v) for k, v in results.items()}
+    print(f"bare Spark (read JSON, add column, write JSON): {rate['bare']:>10,.0f} records/s")
+    print(f"pipeline file->json.decode->field.set->file:    {rate['pipeline']:>10,.0f} records/s  "
+          f"ratio {rate['pipeline'] / rate['bare']:.2f}x (goal >= 0.8x)")
+    print(f"  + custom.python pass-through:                 {rate['python']:>10,.0f} records/s  "
+          f"ratio {rate['python'] / rate['bare']:.2f}x (goal >= 0.5x)")
+    print("medians of", {k: [round(x, 2) for x in v] for k, v in results.items()})
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
