@@ -36,21 +36,42 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("file", metavar="FILE", help="pipeline file (Conduit YAML)")
 
     run = commands.add_parser(
-        "run", help="run a pipeline file on Spark", description=RUN_HELP,
+        "run",
+        help="run a pipeline file on Spark",
+        description=RUN_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("file", metavar="FILE", help="pipeline file (Conduit YAML)")
-    run.add_argument("--pipeline", metavar="ID", help="run only this pipeline (default: all with status running)")
-    run.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR",
-                     help="checkpoints, DLQ store, status, audit log, exit payload (default: %(default)s)")
-    run.add_argument("--master", default=None, metavar="URL",
-                     help="Spark master (default: local[*]; under spark-submit, spark-submit's own)")
-    run.add_argument("--until-idle", action="store_true",
-                     help="process what the sources hold now, then stop gracefully")
-    run.add_argument("--stop-timeout", type=float, default=None, metavar="SECONDS",
-                     help="how long the batch in flight may take after a stop request (default: 30)")
-    run.add_argument("--recover", action="store_true",
-                     help="restart after transient failures with backoff (Conduit's error recovery)")
+    run.add_argument(
+        "--pipeline", metavar="ID", help="run only this pipeline (default: all with status running)"
+    )
+    run.add_argument(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        metavar="DIR",
+        help="checkpoints, DLQ store, status, audit log, exit payload (default: %(default)s)",
+    )
+    run.add_argument(
+        "--master",
+        default=None,
+        metavar="URL",
+        help="Spark master (default: local[*]; under spark-submit, spark-submit's own)",
+    )
+    run.add_argument(
+        "--until-idle", action="store_true", help="process what the sources hold now, then stop gracefully"
+    )
+    run.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="how long the batch in flight may take after a stop request (default: 30)",
+    )
+    run.add_argument(
+        "--recover",
+        action="store_true",
+        help="restart after transient failures with backoff (Conduit's error recovery)",
+    )
 
     status = commands.add_parser("status", help="each pipeline's status, counters and last error")
     status.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR")
@@ -73,7 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
         return EXIT_CONFIG if exit_.code not in (0, None) else EXIT_STOPPED
-    handler = {"validate": cmd_validate, "run": cmd_run, "status": cmd_status, "dlq": cmd_dlq, "stop": cmd_stop}
+    handler = {
+        "validate": cmd_validate,
+        "run": cmd_run,
+        "status": cmd_status,
+        "dlq": cmd_dlq,
+        "stop": cmd_stop,
+    }
     return handler[args.command](args)
 
 
@@ -151,7 +178,9 @@ def worst_exit_code(codes) -> int:
 
 def _install_signal_handlers(on_stop) -> None:
     def handle(signum, frame):
-        logging.getLogger("airflow_conduit").warning("received %s: stopping gracefully", signal.Signals(signum).name)
+        logging.getLogger("airflow_conduit").warning(
+            "received %s: stopping gracefully", signal.Signals(signum).name
+        )
         on_stop()
 
     signal.signal(signal.SIGTERM, handle)
@@ -176,7 +205,9 @@ def print_summary(payload: dict[str, Any]) -> None:
     console.print(table)
     if payload["error"]:
         error = payload["error"]
-        console.print(f"[bold]{error['kind']} error[/] {error['code']} at {error['node']}: {error['message']}")
+        console.print(
+            f"[bold]{error['kind']} error[/] {error['code']} at {error['node']}: {error['message']}"
+        )
     if records["dlq"]:
         console.print(f"DLQ records: {payload['dlq']['path']}  (airflow-conduit dlq {payload['pipeline']})")
 

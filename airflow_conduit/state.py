@@ -139,6 +139,17 @@ class PipelineState:
     def read_exit_payload(self) -> dict[str, Any] | None:
         return read_json(self.exit_file)
 
+    def generation(self) -> str:
+        """Names the current checkpoint: created with it, so a fresh checkpoint gets a new, later one."""
+        marker = self.checkpoint_dir / "conduit-generation"
+        try:
+            return marker.read_text().strip()
+        except FileNotFoundError:
+            value = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.write_text(value + "\n")
+            return value
+
     # graceful stop requests ---------------------------------------------------------------------
     def request_stop(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

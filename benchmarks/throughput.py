@@ -47,7 +47,14 @@ def make_data(path: Path, records: int) -> int:
     with path.open("w") as fh:
         for i in range(records):
             fh.write(
-                json.dumps({"id": i, "kind": rng.choice(kinds), "amount": round(rng.random() * 500, 2), "sku": f"S{rng.randrange(10**5):05d}"})
+                json.dumps(
+                    {
+                        "id": i,
+                        "kind": rng.choice(kinds),
+                        "amount": round(rng.random() * 500, 2),
+                        "sku": f"S{rng.randrange(10**5):05d}",
+                    }
+                )
                 + "\n"
             )
     return path.stat().st_size
@@ -101,10 +108,14 @@ def main() -> None:
         results["python"].append(conduit(spark, work, source, f"py{round_}", extra))
     rate = {k: args.records / statistics.median(v) for k, v in results.items()}
     print(f"bare Spark (read JSON, add column, write JSON): {rate['bare']:>10,.0f} records/s")
-    print(f"pipeline file->json.decode->field.set->file:    {rate['pipeline']:>10,.0f} records/s  "
-          f"ratio {rate['pipeline'] / rate['bare']:.2f}x (goal >= 0.8x)")
-    print(f"  + custom.python pass-through:                 {rate['python']:>10,.0f} records/s  "
-          f"ratio {rate['python'] / rate['bare']:.2f}x (goal >= 0.5x)")
+    print(
+        f"pipeline file->json.decode->field.set->file:    {rate['pipeline']:>10,.0f} records/s  "
+        f"ratio {rate['pipeline'] / rate['bare']:.2f}x (goal >= 0.8x)"
+    )
+    print(
+        f"  + custom.python pass-through:                 {rate['python']:>10,.0f} records/s  "
+        f"ratio {rate['python'] / rate['bare']:.2f}x (goal >= 0.5x)"
+    )
     print("medians of", {k: [round(x, 2) for x in v] for k, v in results.items()})
     shutil.rmtree(work, ignore_errors=True)
 

@@ -29,6 +29,9 @@ from .fieldref import FieldRef, parse_field_list, parse_field_ref, parse_rename_
 
 PluginKind = Literal["source", "destination", "processor"]
 OPERATIONS = ("create", "update", "delete", "snapshot")
+# Backpressure: the most records a source puts in one micro-batch (memory stays flat whatever the
+# backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
+DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
 
 RequiredStr = Annotated[str, Field(min_length=1)]
 
@@ -67,7 +70,7 @@ class GeneratorSettings(_Settings):
     )
     """Field name -> type; written as ``format.options.<field>: <type>`` keys, as in Conduit."""
     seed: int = 0
-    max_records_per_batch: int = Field(100_000, ge=1, alias="maxRecordsPerBatch")
+    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
 
     @model_validator(mode="before")
     @classmethod
@@ -109,7 +112,7 @@ class GeneratorSettings(_Settings):
 
 class FileSourceSettings(_Settings):
     path: RequiredStr
-    max_records_per_batch: int = Field(100_000, ge=1, alias="maxRecordsPerBatch")
+    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
 
 
 class _DestinationSettings(_Settings):

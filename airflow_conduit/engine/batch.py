@@ -1,25 +1,25 @@
 """One micro-batch: processors, acks and nacks, destinations and the DLQ (``foreachBatch``).
 
-The batch is computed once and cached; one aggregation over it gives every count the driver needs.
-Nothing is written before the batch is known to be acceptable (no stop request from a processor, no
-nack past the DLQ window), and Spark commits the batch only after this function returns, i.e. after
-every destination and the DLQ wrote it: that is the in-order ack.
+In the common case the batch is computed once: destinations stage their writes (invisible) while a
+Spark ``observe`` counts the records by state in the same pass. Only then does the driver decide: a
+processor that asked to stop, or a nack past the DLQ window, discards the staged writes and stops the
+pipeline; otherwise the DLQ is written and every staged write published. Spark commits the batch only
+after this function returns, i.e. after every destination and the DLQ hold it: that is the in-order ack.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine import dlq
-from airflow_conduit.engine.connectors import DESTINATIONS
-from airflow_conduit.engine.connectors.file import write_jsonl
+from airflow_conduit.engine.connectors import DESTINATIONS, Delivery, Staged
+from airflow_conduit.engine.connectors.file import stage_jsonl
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.errors import Code, PipelineError, PipelineStopped
 from airflow_conduit.record import (
@@ -37,50 +37,17 @@ from airflow_conduit.record import (
 from airflow_conduit.state import PipelineState
 
 ROW_BITS = 33  # monotonically_increasing_id: partition index above bit 33, row number below
+WRITES_ON_STAGE = {"builtin:file"}  # destinations whose stage() runs the Spark job
+STATES = (STATE_OPEN, STATE_FILTERED, STATE_NACKED, STATE_TRANSIENT, STATE_FATAL)
 
 
-@dataclass(frozen=True)
-class BatchStats:
-    """The cached batch, aggregated by partition, state and collection."""
-
-    rows: list[tuple[int, str, str | None, int]]
-
-    @property
-    def total(self) -> int:
-        return sum(n for *_, n in self.rows)
-
-    def by_state(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for _, state, _, n in self.rows:
-            counts[state] += n
-        return counts
-
-    def open_by_collection(self) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        for _, state, collection, n in self.rows:
-            if state == STATE_OPEN:
-                counts[collection or ""] += n
-        return counts
-
-    def partition_offsets(self) -> dict[int, int]:
-        """How many records of the batch come before each partition, in source order."""
-        sizes: Counter[int] = Counter()
-        for part, _, _, n in self.rows:
-            sizes[part] += n
-        offsets, running = {}, 0
-        for part in sorted(sizes):
-            offsets[part] = running
-            running += sizes[part]
-        return offsets
+def state_counts() -> list[Column]:
+    counts = [F.count(F.lit(1)).alias("total")]
+    return counts + [F.count(F.when(F.col("_state") == s, 1)).alias(s) for s in STATES]
 
 
-def collect_stats(records: DataFrame) -> BatchStats:
-    grouped = records.groupBy(
-        F.shiftright("_seq", ROW_BITS).alias("part"),
-        "_state",
-        F.col("metadata")[META_COLLECTION].alias("collection"),
-    ).count()
-    return BatchStats([(r.part, r._state, r.collection, r["count"]) for r in grouped.collect()])
+def counts_of(observation: Observation) -> Counter[str]:
+    return Counter({name: int(value or 0) for name, value in observation.get.items()})
 
 
 @dataclass
@@ -130,106 +97,154 @@ class BatchResult:
     written: dict[str, int]
 
 
+@dataclass
+class _DestinationWrite:
+    destination: ConnectorConfig
+    frame: DataFrame
+    """The destination's records after its own processors, all states."""
+    written: Observation
+    states: Observation | None = None
+    """Set when the destination has processors, which may nack or stop records."""
+    staged: Staged | None = None
+
+
+def position_text(value: Any) -> str:
+    return bytes(value).decode(errors="replace") if value is not None else ""
+
+
 class BatchProcessor:
     """Processes the micro-batches of one pipeline; called by Spark's ``foreachBatch``."""
 
-    def __init__(self, pipeline: PipelineConfig, state: PipelineState) -> None:
+    def __init__(self, pipeline: PipelineConfig, state: PipelineState, generation: str) -> None:
         self.pipeline = pipeline
         self.state = state
+        self.generation = generation
         self.windows = dlq.WindowStore(state.window_file)
         self.counters = RunCounters()
 
-    # -- the steps --------------------------------------------------------------------------------
+    def delivery(self, destination_id: str, batch_id: int) -> Delivery:
+        return Delivery(self.pipeline.id, destination_id, batch_id, self.generation)
+
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
-        records = apply_all(batch.withColumn("_seq", F.monotonically_increasing_id()), self.pipeline.processors)
-        records = records.persist()
-        cached = [records]
+        destinations = self.pipeline.destinations
+        records = apply_all(
+            batch.withColumn("_seq", F.monotonically_increasing_id()), self.pipeline.processors
+        )
+        cached: list[DataFrame] = []
+        if len(destinations) > 1 or any(d.processors for d in destinations):
+            records = records.persist()  # read by several writes: compute it once
+            cached.append(records)
+        seen = Observation(f"conduit-{self.pipeline.id}-{batch_id}")
+        observed = records.observe(seen, *state_counts())
+        observer = next((i for i, d in enumerate(destinations) if d.plugin in WRITES_ON_STAGE), None)
+        writes = [
+            self._destination_frame(observed if i == observer else records, d, cached)
+            for i, d in enumerate(destinations)
+        ]
         try:
-            stats = collect_stats(records)
-            states = stats.by_state()
-            if states[STATE_TRANSIENT] or states[STATE_FATAL]:
-                raise PipelineStopped(self._stop_error(records))
-            routed = self._route(records, stats)
-            nacked = records.filter(F.col("_state") == STATE_NACKED)
-            nack_count = states[STATE_NACKED]
-            written: dict[str, int] = {}
-            frames: list[tuple[ConnectorConfig, DataFrame]] = []
-            for destination, frame, open_count in routed:
-                if destination.processors:
-                    frame = apply_all(frame, destination.processors).persist()
-                    cached.append(frame)
-                    dest_states = frame.groupBy("_state").count().collect()
-                    dest_counts = {r._state: r["count"] for r in dest_states}
-                    if dest_counts.get(STATE_TRANSIENT) or dest_counts.get(STATE_FATAL):
-                        raise PipelineStopped(self._stop_error(frame))
-                    if dest_counts.get(STATE_NACKED):
-                        nacked = nacked.unionByName(frame.filter(F.col("_state") == STATE_NACKED))
-                    open_count = dest_counts.get(STATE_OPEN, 0)
-                frames.append((destination, frame.filter(F.col("_state") == STATE_OPEN)))
-                written[destination.id] = open_count
-            if any(destination.processors for destination, _ in frames):
-                nacked = nacked.dropDuplicates(["_seq"])
-                nack_count = nacked.count()
-            window_before, window_after = self._check_window(batch_id, stats, nacked, nack_count)
-            for destination, frame in frames:
-                if written[destination.id]:
-                    DESTINATIONS[destination.plugin](frame.select(*RECORD_COLUMNS), destination.settings, batch_id)
-            if nack_count:
-                self._write_dlq(nacked, batch_id)
+            for write in writes:
+                rows = write.frame.filter(F.col("_state") == STATE_OPEN).observe(
+                    write.written, F.count(F.lit(1)).alias("n")
+                )
+                delivery = self.delivery(write.destination.id, batch_id)
+                write.staged = DESTINATIONS[write.destination.plugin](
+                    rows.select(*RECORD_COLUMNS), write.destination.settings, delivery
+                )
+            if observer is None:
+                observed.write.format("noop").mode("overwrite").save()
+            states = counts_of(seen)
+            self._stop_if_asked(records, states, writes)
+            nacked, nack_count = self._nacked(records, states, writes)
+            window_before, window_after = self._check_window(
+                batch_id, records, states["total"], nacked, nack_count
+            )
+            dlq_staged = self._stage_dlq(nacked, batch_id, cached) if nack_count else []
+        except BaseException:
+            for write in writes:
+                if write.staged is not None:
+                    write.staged.discard()
+            for frame in cached:
+                frame.unpersist()
+            raise
+        try:
+            for write in writes:
+                write.staged.publish()
+            for staged in dlq_staged:
+                published = staged.publish()
+                if isinstance(published, list):
+                    self.counters.dlq_files += [str(p) for p in published if self.state.dlq_dir in p.parents]
             if window_before is not None:
                 self.windows.save(batch_id, window_before, window_after)
+            written = {w.destination.id: int(w.written.get["n"] or 0) for w in writes}
         finally:
             for frame in cached:
                 frame.unpersist()
-        return self._account(batch_id, stats.total, states, nack_count, written)
+        return self._account(batch_id, states, nack_count, written)
 
-    def _route(self, records: DataFrame, stats: BatchStats) -> list[tuple[ConnectorConfig, DataFrame, int]]:
-        """Each destination gets the open records whose collection matches its ``namespace`` regex.
+    def _destination_frame(
+        self, records: DataFrame, destination: ConnectorConfig, cached: list[DataFrame]
+    ) -> _DestinationWrite:
+        """The records a destination gets: open ones whose collection matches its ``namespace`` regex,
+        after the destination's own processors."""
+        frame = records.filter(F.col("_state") == STATE_OPEN)
+        namespace = str(destination.settings.get("namespace") or ".*")
+        if namespace != ".*":
+            collection = F.coalesce(F.col("metadata")[META_COLLECTION], F.lit(""))
+            frame = frame.filter(collection.rlike(namespace))
+        written = Observation(f"conduit-{destination.node_id}-written")
+        if not destination.processors:
+            return _DestinationWrite(destination, frame, written)
+        frame = apply_all(frame, destination.processors).persist()
+        cached.append(frame)
+        states = Observation(f"conduit-{destination.node_id}-states")
+        return _DestinationWrite(destination, frame.observe(states, *state_counts()), written, states)
 
-        The regex is applied on the driver to the batch's distinct collections, so routing follows
-        Python's ``re.search`` exactly whatever the executors' regex dialect.
-        """
-        open_records = records.filter(F.col("_state") == STATE_OPEN)
-        collections = stats.open_by_collection()
-        routed = []
-        for destination in self.pipeline.destinations:
-            pattern = re.compile(str(destination.settings.get("namespace") or ".*"))
-            matching = [c for c in collections if pattern.search(c)]
-            count = sum(collections[c] for c in matching)
-            if len(matching) == len(collections):
-                frame = open_records
-            else:
-                collection = F.coalesce(F.col("metadata")[META_COLLECTION], F.lit(""))
-                frame = open_records.filter(collection.isin(matching))
-            routed.append((destination, frame, count))
-        return routed
+    def _stop_if_asked(
+        self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite]
+    ) -> None:
+        """A processor raised TransientError/FatalError: stop at the first such record in source order."""
+        frames = [records] if states[STATE_TRANSIENT] or states[STATE_FATAL] else []
+        for write in writes:
+            if write.states is not None:
+                dest_states = counts_of(write.states)
+                if dest_states[STATE_TRANSIENT] or dest_states[STATE_FATAL]:
+                    frames.append(write.frame)
+        for frame in frames:
+            first = (
+                frame.filter(F.col("_state").isin(STATE_TRANSIENT, STATE_FATAL))
+                .orderBy("_seq")
+                .select("_state", "_error", "_node")
+                .first()
+            )
+            code = Code.PROCESSOR_FATAL if first._state == STATE_FATAL else Code.PROCESSOR_TRANSIENT
+            raise PipelineStopped(
+                PipelineError(kind=first._state, code=code, message=first._error or "", node=first._node)
+            )
 
-    def _stop_error(self, records: DataFrame) -> PipelineError:
-        """The first record (in source order) whose processor asked to stop the pipeline."""
-        first = (
-            records.filter(F.col("_state").isin(STATE_TRANSIENT, STATE_FATAL))
-            .orderBy("_seq")
-            .select("_state", "_error", "_node")
-            .first()
-        )
-        code = Code.PROCESSOR_FATAL if first._state == STATE_FATAL else Code.PROCESSOR_TRANSIENT
-        return PipelineError(kind=first._state, code=code, message=first._error or "", node=first._node)
+    def _nacked(
+        self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite]
+    ) -> tuple[DataFrame, int]:
+        """Records nacked by a pipeline processor or any destination's processors (once each)."""
+        nacked = records.filter(F.col("_state") == STATE_NACKED)
+        count = states[STATE_NACKED]
+        late = [w for w in writes if w.states is not None and counts_of(w.states)[STATE_NACKED]]
+        for write in late:
+            nacked = nacked.unionByName(write.frame.filter(F.col("_state") == STATE_NACKED))
+        if late:
+            nacked = nacked.dropDuplicates(["_seq"]).persist()
+            count = nacked.count()
+        return nacked, count
 
     def _check_window(
-        self, batch_id: int, stats: BatchStats, nacked: DataFrame, nack_count: int
+        self, batch_id: int, records: DataFrame, total: int, nacked: DataFrame, nack_count: int
     ) -> tuple[dlq.NackWindow | None, dlq.NackWindow | None]:
         config = self.pipeline.dlq
         if config.window_size <= 0:
             return None, None  # window-size 0: the DLQ takes every nack
         before = self.windows.load(batch_id, config.window_size, config.window_nack_threshold)
         after = dlq.NackWindow(before.size, before.threshold, before.outcomes.copy())
-        offsets = stats.partition_offsets()
-        nacks = []
-        if nack_count:
-            for row in nacked.select("_seq", "_error", "_node", "position").collect():
-                part, index = row._seq >> ROW_BITS, row._seq & ((1 << ROW_BITS) - 1)
-                nacks.append(dlq.Nack(offsets[part] + index, row._error or "", row._node or "", row.position))
-        verdict = dlq.feed(after, stats.total, nacks)
+        nacks = self._ranked_nacks(records, nacked) if nack_count else []
+        verdict = dlq.feed(after, total, nacks)
         if verdict.rejected is not None:
             rejected = verdict.rejected
             raise PipelineStopped(
@@ -239,20 +254,37 @@ class BatchProcessor:
                     message=(
                         f"DLQ nack threshold exceeded ({verdict.nacks_in_window}/{config.window_nack_threshold} "
                         f"nacks in the last {config.window_size} records) at record position "
-                        f"{bytes(rejected.position).decode(errors='replace')}, original error: {rejected.error}"
+                        f"{position_text(rejected.position)}, original error: {rejected.error}"
                     ),
                     node=rejected.node,
                 )
             )
         return before, after
 
-    def _write_dlq(self, nacked: DataFrame, batch_id: int) -> None:
+    @staticmethod
+    def _ranked_nacks(records: DataFrame, nacked: DataFrame) -> list[dlq.Nack]:
+        """Each nack's place among all records of the batch, from the partition sizes and ``_seq``."""
+        sizes = records.groupBy(F.shiftright("_seq", ROW_BITS).alias("part")).count().collect()
+        offsets, running = {}, 0
+        for row in sorted(sizes, key=lambda r: r.part):
+            offsets[row.part] = running
+            running += row["count"]
+        row_mask = (1 << ROW_BITS) - 1
+        return [
+            dlq.Nack(
+                offsets[r._seq >> ROW_BITS] + (r._seq & row_mask), r._error or "", r._node or "", r.position
+            )
+            for r in nacked.select("_seq", "_error", "_node", "position").collect()
+        ]
+
+    def _stage_dlq(self, nacked: DataFrame, batch_id: int, cached: list[DataFrame]) -> list[Staged]:
         """Each nacked record, wrapped as Conduit does: a ``create`` whose ``.Payload.After`` is the
-        failed record, with the nack error and node in its metadata."""
+        failed record, with the nack error and node in its metadata. Kept in the state dir (the
+        queryable DLQ) and sent to the DLQ plugin."""
         wrapped = nacked.selectExpr(
             "position",
             "'create' AS operation",
-            f"map_concat(coalesce(metadata, cast(map() as map<string,string>)), "
+            "map_concat(coalesce(metadata, cast(map() as map<string,string>)), "
             f"map('{META_DLQ_ERROR}', coalesce(_error, ''), '{META_DLQ_NODE}', coalesce(_node, ''))) AS metadata",
             "key",
             "key_raw",
@@ -263,31 +295,30 @@ class BatchProcessor:
             "_seq",
             "_error",
         ).persist()
-        try:
-            records = wrapped.orderBy("_seq").select(*RECORD_COLUMNS)
-            files = write_jsonl(records, self.state.dlq_dir, batch_id)
-            dlq_config = self.pipeline.dlq
-            DESTINATIONS[dlq_config.plugin](records, dict(dlq_config.settings), batch_id)
-            self._note_dlq(wrapped, files)
-        finally:
-            wrapped.unpersist()
+        cached.append(wrapped)  # kept until the DLQ plugin published (a log reads it then)
+        self._note_dlq(wrapped)
+        ordered = wrapped.orderBy("_seq").select(*RECORD_COLUMNS)
+        delivery = self.delivery("dlq", batch_id)
+        store = stage_jsonl(ordered, self.state.dlq_dir, delivery)
+        plugin = DESTINATIONS[self.pipeline.dlq.plugin](ordered, dict(self.pipeline.dlq.settings), delivery)
+        return [store, plugin]
 
-    def _note_dlq(self, wrapped: DataFrame, files: list) -> None:
+    def _note_dlq(self, wrapped: DataFrame) -> None:
         counters = self.counters
-        counters.dlq_files += [str(f) for f in files]
         ends = wrapped.agg(
             F.min_by("position", "_seq").alias("first"), F.max_by("position", "_seq").alias("last")
         ).first()
         if counters.dlq_first_position is None:
-            counters.dlq_first_position = bytes(ends.first).decode(errors="replace")
-        counters.dlq_last_position = bytes(ends.last).decode(errors="replace")
+            counters.dlq_first_position = position_text(ends.first)
+        counters.dlq_last_position = position_text(ends.last)
         for row in wrapped.groupBy("_error").count().orderBy(F.desc("count")).limit(10).collect():
             counters.dlq_errors[row._error or ""] += row["count"]
 
     def _account(
-        self, batch_id: int, total: int, states: Counter[str], nack_count: int, written: dict[str, int]
+        self, batch_id: int, states: Counter[str], nack_count: int, written: dict[str, int]
     ) -> BatchResult:
         counters = self.counters
+        total = states["total"]
         counters.batches += 1
         counters.read += total
         counters.acked += total - nack_count

@@ -99,4 +99,6 @@ class WindowStore:
         return NackWindow.from_dict(state or {}, size, threshold)
 
     def save(self, batch_id: int, before: NackWindow, after: NackWindow) -> None:
-        write_json_atomic(self.path, {"batch_id": batch_id, "before": before.to_dict(), "after": after.to_dict()})
+        write_json_atomic(
+            self.path, {"batch_id": batch_id, "before": before.to_dict(), "after": after.to_dict()}
+        )

@@ -16,7 +16,6 @@ from typing import Any
 
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
@@ -48,10 +47,13 @@ class RunOptions:
     """In continuous mode, the least time between micro-batch starts."""
 
 
-def source_records(spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState) -> DataFrame:
+def source_records(
+    spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState
+) -> DataFrame:
     """One source's stream as records: structured values parsed, standard metadata, internal columns,
     and the source's own processors applied (before the fan-in)."""
-    ctx = SourceContext(source.id, source.node_id, str(state.stop_file))
+    parallelism = spark.sparkContext.defaultParallelism
+    ctx = SourceContext(source.id, source.node_id, str(state.stop_file), parallelism)
     raw = SOURCES[source.plugin](spark, dict(source.settings), ctx)
     metadata = (
         "map_concat(coalesce(metadata, cast(map() as map<string,string>)), map("
@@ -88,7 +90,7 @@ class PipelineRun:
         self.state = state
         self.options = options
         self.on_batch = on_batch
-        self.processor = BatchProcessor(pipeline, state)
+        self.processor = BatchProcessor(pipeline, state, state.generation())
         self.error: PipelineError | None = None
         self.query: StreamingQuery | None = None
         self.started_at = utc_now()
@@ -116,7 +118,9 @@ class PipelineRun:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=self.options.trigger_interval)
-        state.write_status("running", error=None, started_at=self.started_at, counters=self.counters.records())
+        state.write_status(
+            "running", error=None, started_at=self.started_at, counters=self.counters.records()
+        )
         state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
         self.query = writer.start()
         return self
@@ -207,9 +211,13 @@ class PipelineRun:
             "state_dir": str(state.root),
         }
         state.write_exit_payload(payload)
-        state.write_status(status, error=payload["error"], counters=payload["records"], ended_at=payload["ended_at"])
+        state.write_status(
+            status, error=payload["error"], counters=payload["records"], ended_at=payload["ended_at"]
+        )
         if error is not None:
-            state.audit("fault", classification=error.kind, code=error.code, message=error.message, node=error.node)
+            state.audit(
+                "fault", classification=error.kind, code=error.code, message=error.message, node=error.node
+            )
             if error.kind == "fatal":
                 state.audit("degraded", error=error.to_dict())
         else:

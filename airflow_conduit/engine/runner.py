@@ -112,7 +112,9 @@ def run_pipelines(
     if install_signal_handlers:
         install_signal_handlers(stop_all)
     for run in runs:
-        logger.info("%s: starting (%s)", run.pipeline.id, "until idle" if request.until_idle else "continuous")
+        logger.info(
+            "%s: starting (%s)", run.pipeline.id, "until idle" if request.until_idle else "continuous"
+        )
         run.start()
     for run in runs:
         payloads[run.pipeline.id] = run.wait()

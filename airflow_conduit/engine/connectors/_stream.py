@@ -21,13 +21,30 @@ class SourceContext:
     node_id: str
     stop_file: str
     """While this file exists a graceful stop is under way: report no new data."""
+    parallelism: int = 2
+    """Spark's default parallelism: how many pieces a source may cut a micro-batch into."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Which delivery a destination write belongs to."""
+
+    pipeline_id: str
+    destination_id: str
+    batch_id: int
+    generation: str
+    """Names the checkpoint (its creation time): batch ids restart with a new checkpoint."""
 
 
 def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, str]:
     """Python data sources get string options only: pass the settings and context as one JSON value."""
-    return {
-        "conduit": json.dumps({"settings": dict(settings), "stop_file": ctx.stop_file, "node": ctx.node_id})
+    conf = {
+        "settings": dict(settings),
+        "stop_file": ctx.stop_file,
+        "node": ctx.node_id,
+        "parallelism": ctx.parallelism,
     }
+    return {"conduit": json.dumps(conf)}
 
 
 def parse_options(options: dict[str, str]) -> tuple[dict[str, Any], str, str]:

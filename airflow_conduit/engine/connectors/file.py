@@ -12,6 +12,7 @@ delivery order. They are written under ``_tmp-BATCH/`` first and renamed into pl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -19,12 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from airflow_conduit.engine.connectors._stream import (
+    Delivery,
     SourceContext,
     parse_options,
     read_python_source,
@@ -33,7 +37,8 @@ from airflow_conduit.engine.connectors._stream import (
 from airflow_conduit.record import SOURCE_SCHEMA, opencdc_json_sql
 
 SCAN_CHUNK = 8 << 20
-PARTITION_BYTES = 16 << 20
+MIN_PARTITION_BYTES = 1 << 20
+MAX_PARTITION_BYTES = 64 << 20
 ARROW_ROWS = 20_000
 
 
@@ -79,17 +84,17 @@ def scan_lines(path: str, start: int, stop: int, budget: int) -> tuple[int, int]
     return offset, lines
 
 
-def split_range(path: str, start: int, end: int) -> list[tuple[int, int]]:
-    """Cut ``[start, end)`` into pieces of about ``PARTITION_BYTES`` at line boundaries."""
+def split_range(path: str, start: int, end: int, piece: int) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` into pieces of about ``piece`` bytes at line boundaries."""
     pieces, cursor = [], start
     with open(path, "rb") as fh:
-        while end - cursor > PARTITION_BYTES:
-            fh.seek(cursor + PARTITION_BYTES)
-            tail = fh.read(end - cursor - PARTITION_BYTES)
+        while end - cursor > piece:
+            fh.seek(cursor + piece)
+            tail = fh.read(min(end - cursor - piece, 1 << 20))
             newline = tail.find(b"\n")
             if newline < 0:
                 break
-            cut = cursor + PARTITION_BYTES + newline + 1
+            cut = cursor + piece + newline + 1
             if cut >= end:
                 break
             pieces.append((cursor, cut))
@@ -109,6 +114,7 @@ class _FileRange(InputPartition):
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
         settings, self.stop_file, self.node = parse_options(options)
+        self.parallelism = int(json.loads(options["conduit"]).get("parallelism", 2))
         self.path = str(settings["path"])
         self.max_records = int(settings["maxRecordsPerBatch"])
         self._target: dict[str, int] | None = None  # file sizes when an AvailableNow run began
@@ -142,12 +148,16 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         files = list_source_files(self.path)
+        spans = {name: (start["files"].get(name, 0), last) for name, last in end["files"].items()}
+        spans = {name: span for name, span in spans.items() if span[1] > span[0]}
+        # Enough pieces to keep every core busy, in file and offset order (= source order).
+        total = sum(last - first for first, last in spans.values())
+        piece = min(MAX_PARTITION_BYTES, max(MIN_PARTITION_BYTES, total // (2 * self.parallelism) + 1))
         ranges = []
-        for name in sorted(end["files"]):
-            first, last = start["files"].get(name, 0), end["files"][name]
-            if last > first:
-                full = files.get(name, os.path.join(self.path, name) if os.path.isdir(self.path) else self.path)
-                ranges += [_FileRange(name, full, a, b) for a, b in split_range(full, first, last)]
+        for name in sorted(spans):
+            first, last = spans[name]
+            full = files.get(name, os.path.join(self.path, name) if os.path.isdir(self.path) else self.path)
+            ranges += [_FileRange(name, full, a, b) for a, b in split_range(full, first, last, piece)]
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -155,18 +165,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open(partition.path, "rb") as fh:
             fh.seek(partition.start)
             data = fh.read(partition.end - partition.start)
-        lines = data.split(b"\n")
-        lines.pop()  # the range ends just after a newline
-        offset = partition.start
-        prefix = f"{partition.name}:"
-        for first in range(0, len(lines), ARROW_ROWS):
-            chunk = lines[first : first + ARROW_ROWS]
-            positions = []
-            for line in chunk:
-                positions.append(f"{prefix}{offset}".encode())
-                offset += len(line) + 1
-            payload = [line[:-1] if line.endswith(b"\r") else line for line in chunk]
-            yield _batch(positions, payload)
+        yield from lines_to_batches(data, partition.name, partition.start)
 
     def commit(self, end: dict) -> None:
         """Files are not consumed: the offsets in Spark's log are the whole position."""
@@ -187,10 +186,49 @@ _ARROW_SCHEMA = pa.schema(
 )
 
 
-def _batch(positions: list[bytes], payload: list[bytes]) -> pa.RecordBatch:
+def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBatch]:
+    """The complete lines of ``data`` (which starts at byte ``base`` of file ``name``) as records, split
+    with numpy and Arrow kernels: no Python per line."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw == 10)  # each line's newline
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    for first in range(0, len(ends), ARROW_ROWS):
+        line_starts, line_ends = starts[first : first + ARROW_ROWS], ends[first : first + ARROW_ROWS]
+        offset = int(line_starts[0])
+        # Each value spans its line and the newline (Arrow values are contiguous); slice the newline off.
+        offsets = pa.array(np.append(line_starts, line_ends[-1] + 1) - offset, pa.int32())
+        values = pa.py_buffer(data[offset : int(line_ends[-1]) + 1])
+        with_newline = pa.BinaryArray.from_buffers(
+            pa.binary(), len(line_starts), [None, offsets.buffers()[1], values]
+        )
+        lengths = line_ends - line_starts
+        if (raw[line_ends[lengths > 0] - 1] == 13).any():
+            lengths = lengths - (raw[np.maximum(line_ends - 1, 0)] == 13) * (lengths > 0)
+        payload = _cut(with_newline, lengths)
+        positions = pc.binary_join_element_wise(
+            pa.scalar(f"{name}:"), pc.cast(pa.array(line_starts + base), pa.string()), ""
+        ).cast(pa.binary())
+        yield _batch(positions, payload)
+
+
+def _cut(values: pa.BinaryArray, lengths: np.ndarray) -> pa.Array:
+    """Each value shortened to its length (drops the newline, and a carriage return before it)."""
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1)
+    new_offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=new_offsets[1:])
+    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)
+    keep = np.repeat(offsets[:-1], lengths) + (
+        np.arange(new_offsets[-1]) - np.repeat(new_offsets[:-1], lengths)
+    )
+    return pa.BinaryArray.from_buffers(
+        pa.binary(), len(values), [None, pa.py_buffer(new_offsets), pa.py_buffer(data[keep])]
+    )
+
+
+def _batch(positions: pa.Array, payload: pa.Array) -> pa.RecordBatch:
     n = len(positions)
     columns = [
-        pa.array(positions, pa.binary()),
+        positions,
         pa.array(["create"] * n, pa.string()),
         pa.nulls(n, pa.map_(pa.string(), pa.string())),
         pa.nulls(n, pa.string()),
@@ -198,7 +236,7 @@ def _batch(positions: list[bytes], payload: list[bytes]) -> pa.RecordBatch:
         pa.nulls(n, pa.string()),
         pa.nulls(n, pa.binary()),
         pa.nulls(n, pa.string()),
-        pa.array(payload, pa.binary()),
+        payload,
     ]
     return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMA)
 
@@ -222,23 +260,43 @@ def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContex
 # destination -------------------------------------------------------------------------------------
 
 
-def write_jsonl(records: DataFrame, directory: str | Path, batch_id: int) -> list[Path]:
-    """Write ``records`` as OpenCDC JSON lines into ``directory``; returns the files, in order."""
+@dataclass(frozen=True)
+class StagedFiles:
+    """A batch written under ``_tmp-...`` and not yet visible; :meth:`publish` renames it into place."""
+
+    directory: Path
+    staging: Path
+    prefix: str
+
+    def publish(self) -> list[Path]:
+        parts = sorted(p for p in self.staging.iterdir() if p.name.startswith("part-"))
+        published = []
+        for part in parts:
+            index = int(part.name.split("-")[1])
+            target = self.directory / f"{self.prefix}-{index:05d}.jsonl"
+            os.replace(part, target)
+            published.append(target)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        return published
+
+    def discard(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -> StagedFiles:
+    """Write ``records`` as OpenCDC JSON lines into a hidden staging dir of ``directory``.
+
+    Published names are ``GENERATION-BATCH-PART.jsonl``: they sort in delivery order, a replayed batch
+    replaces its own files, and a fresh checkpoint (a new generation) never overwrites older output.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    staging = directory / f"_tmp-{batch_id:012d}"
+    prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
+    staging = directory / f"_tmp-{prefix}"
     shutil.rmtree(staging, ignore_errors=True)
     records.selectExpr(f"{opencdc_json_sql()} AS value").write.text(str(staging))
-    parts = sorted(p for p in staging.iterdir() if p.name.startswith("part-"))
-    written = []
-    for part in parts:
-        index = int(part.name.split("-")[1])
-        target = directory / f"{batch_id:012d}-{index:05d}.jsonl"
-        os.replace(part, target)
-        written.append(target)
-    shutil.rmtree(staging, ignore_errors=True)
-    return written
+    return StagedFiles(directory, staging, prefix)
 
 
-def write_batch(records: DataFrame, settings: dict[str, Any], batch_id: int) -> None:
-    write_jsonl(records, settings["path"], batch_id)
+def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedFiles:
+    return stage_jsonl(records, settings["path"], delivery)

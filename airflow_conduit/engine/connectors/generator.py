@@ -85,7 +85,9 @@ class GeneratorSpec:
     def row(self, i: int) -> tuple:
         h = _mix(self.seed ^ (i * 0x9E3779B97F4A7C15 & _MASK))
         operation = self.operations[h % len(self.operations)]
-        metadata = {"opencdc.collection": self.collections[i % len(self.collections)]} if self.collections else {}
+        metadata = (
+            {"opencdc.collection": self.collections[i % len(self.collections)]} if self.collections else {}
+        )
         before = json.dumps(self.payload(i, salt=1)) if operation in ("update", "delete") else None
         after = json.dumps(self.payload(i)) if operation != "delete" else None
         ident = str(i).encode()

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame
 
+from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.record import opencdc_json_sql
 
 logger = logging.getLogger("airflow_conduit.destination.log")
@@ -14,11 +16,27 @@ logger = logging.getLogger("airflow_conduit.destination.log")
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
-def write_batch(records: DataFrame, settings: dict[str, Any], batch_id: int) -> None:
-    level = LEVELS[str(settings.get("level", "info")).lower()]
-    if not logger.isEnabledFor(level):
-        return
-    message = settings.get("message") or "record"
-    # Streamed partition by partition: the driver never holds the whole batch.
-    for row in records.selectExpr(f"{opencdc_json_sql()} AS value").toLocalIterator():
-        logger.log(level, "%s: %s", message, row.value)
+@dataclass(frozen=True)
+class StagedLog:
+    """Logging cannot be taken back, so it happens on publish, once the batch is known to be good."""
+
+    records: DataFrame
+    level: int
+    message: str
+
+    def publish(self) -> None:
+        if not logger.isEnabledFor(self.level):
+            return
+        # Streamed partition by partition: the driver never holds the whole batch.
+        for row in self.records.selectExpr(f"{opencdc_json_sql()} AS value").toLocalIterator():
+            logger.log(self.level, "%s: %s", self.message, row.value)
+
+    def discard(self) -> None:
+        """Nothing was written."""
+
+
+def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedLog:
+    level = LEVELS[str(settings.get("level") or "info").lower()]
+    return StagedLog(
+        records, level, settings.get("message") or f"{delivery.pipeline_id}:{delivery.destination_id}"
+    )

@@ -6,30 +6,22 @@ Every processor acts on records whose ``_state`` is ``open`` and whose condition
 
 from __future__ import annotations
 
-import re
-
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_conduit.config.fieldref import FieldRef, parse_field_ref
+from airflow_conduit.config.fieldref import FieldRef, parse_field_ref, sql_string, variant_path
 from airflow_conduit.config.model import ProcessorConfig
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 EMPTY_OBJECT = "cast(map() as map<string,variant>)"
 EMPTY_METADATA = "cast(map() as map<string,string>)"
 
 
-def sql_str(text: str) -> str:
-    """``text`` as a Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+sql_str = sql_string
 
 
 def json_path(segments: tuple[str, ...]) -> str:
     """A variant path such as ``$.a.b`` or ``$.a['x y']``, as a SQL string literal."""
-    path = "$"
-    for segment in segments:
-        path += f".{segment}" if _IDENTIFIER.match(segment) else "['" + segment.replace("'", "\\'") + "']"
-    return sql_str(path)
+    return sql_string(variant_path(segments))
 
 
 def field_ref(proc: ProcessorConfig, setting: str = "field") -> FieldRef:
@@ -87,7 +79,9 @@ def apply_changes(
     prelude = prelude or {}
     records = records.withColumn("_active", F.expr(active_sql(proc)))
     if prelude:
-        records = records.withColumns({name: F.expr(f"CASE WHEN _active THEN {sql} END") for name, sql in prelude.items()})
+        records = records.withColumns(
+            {name: F.expr(f"CASE WHEN _active THEN {sql} END") for name, sql in prelude.items()}
+        )
     problem_sql = f"(_active AND coalesce(({problem}), false))" if problem else "false"
     records = records.withColumn("_problem", F.expr(problem_sql))
     columns = {

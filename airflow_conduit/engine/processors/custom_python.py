@@ -94,7 +94,9 @@ class _Batch:
         self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
 
 
-def make_mapper(reference: str, path: str | None, node_id: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+def make_mapper(
+    reference: str, path: str | None, node_id: str
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         function = load_function(reference, path)
         for arrow_batch in batches:

@@ -40,7 +40,10 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
     return apply_changes(
         records,
         proc,
-        {column: f"CASE WHEN {original} IS NULL THEN {column} ELSE {sql} END" for column, sql in changes.items()},
+        {
+            column: f"CASE WHEN {original} IS NULL THEN {column} ELSE {sql} END"
+            for column, sql in changes.items()
+        },
         problem=problem,
         problem_message=failed,
         prelude={"_converted": converted},

@@ -34,7 +34,9 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
             leaf = sql_str(ref.path[-1])
             changed = update_parent(ref.root, ref.path, f"map_filter({{m}}, (k, v) -> k != {leaf})")
             # Excluding a field of raw data is a no-op, as there is no field to remove.
-            records = apply_changes(records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"})
+            records = apply_changes(
+                records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"}
+            )
         else:
             raise unsupported(proc, ref)
     return records

@@ -6,7 +6,13 @@ from pyspark.sql import DataFrame
 
 from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.engine.processors._expr import apply_changes, raw_problem, sql_str, unsupported, update_parent
+from airflow_conduit.engine.processors._expr import (
+    apply_changes,
+    raw_problem,
+    sql_str,
+    unsupported,
+    update_parent,
+)
 
 
 def mapping_of(proc: ProcessorConfig) -> list[tuple[str, str]]:
@@ -33,10 +39,14 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
     for old_text, new_name in mapping_of(proc):
         ref = parse_field_ref(old_text)
         if ref.root == "metadata" and ref.path:
-            records = apply_changes(records, proc, {"metadata": rename_keys("metadata", ref.path[0], new_name)})
+            records = apply_changes(
+                records, proc, {"metadata": rename_keys("metadata", ref.path[0], new_name)}
+            )
         elif ref.root in ("key", "before", "after") and ref.path:
             changed = update_parent(ref.root, ref.path, rename_keys("{m}", ref.path[-1], new_name))
-            records = apply_changes(records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"})
+            records = apply_changes(
+                records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"}
+            )
         else:
             raise unsupported(proc, ref)
     return records

@@ -29,7 +29,9 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
         return apply_changes(records, proc, {"metadata": merged})
     if ref.root in ("key", "before", "after"):
         if not ref.path:
-            return apply_changes(records, proc, {ref.root: "NULL", f"{ref.root}_raw": f"cast({value} as binary)"})
+            return apply_changes(
+                records, proc, {ref.root: "NULL", f"{ref.root}_raw": f"cast({value} as binary)"}
+            )
         return apply_changes(
             records,
             proc,

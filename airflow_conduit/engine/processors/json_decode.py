@@ -5,7 +5,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.engine.processors._expr import apply_changes, field_ref, get_path, set_path, sql_str, unsupported
+from airflow_conduit.engine.processors._expr import (
+    apply_changes,
+    field_ref,
+    get_path,
+    set_path,
+    sql_str,
+    unsupported,
+)
 
 
 def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
@@ -31,7 +38,9 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
     return apply_changes(
         records,
         proc,
-        {ref.root: f"CASE WHEN _text IS NULL THEN {ref.root} ELSE {set_path(ref.root, ref.path, '_parsed')} END"},
+        {
+            ref.root: f"CASE WHEN _text IS NULL THEN {ref.root} ELSE {set_path(ref.root, ref.path, '_parsed')} END"
+        },
         problem="_text IS NOT NULL AND _parsed IS NULL",
         problem_message=invalid,
         prelude={"_text": text, "_parsed": f"try_parse_json({text})"},

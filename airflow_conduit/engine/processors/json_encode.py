@@ -23,4 +23,6 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
         )
     value = get_path(ref.root, ref.path)
     encoded = set_path(ref.root, ref.path, f"cast(to_json({value}) as variant)")
-    return apply_changes(records, proc, {ref.root: f"CASE WHEN {value} IS NULL THEN {ref.root} ELSE {encoded} END"})
+    return apply_changes(
+        records, proc, {ref.root: f"CASE WHEN {value} IS NULL THEN {ref.root} ELSE {encoded} END"}
+    )
