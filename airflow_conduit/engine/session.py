@@ -14,6 +14,8 @@ def ensure_python_workers() -> None:
     """Spark's Python workers use ``PYSPARK_PYTHON``; without it they start the system python, which
     lacks pyarrow (DESIGN.md §5). Default it to the interpreter running the engine."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # A local run needs no network: bind to loopback unless told otherwise.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
 def get_session(master: str | None = None, app_name: str = "airflow-conduit") -> SparkSession:

@@ -1,0 +1,54 @@
+"""Shared fixtures: one SparkSession for every in-process engine test, and pipeline helpers."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from airflow_conduit.engine.session import get_session
+
+    session = get_session("local[2]")
+    yield session
+    session.stop()
+
+
+def read_jsonl(directory: Path) -> list[dict[str, Any]]:
+    """The OpenCDC records of a file destination, in delivery order (file name order)."""
+    records = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return records
+
+
+def text(value: str | None) -> str | None:
+    """A raw value (base64 in OpenCDC JSON) as text."""
+    return None if value is None else base64.b64decode(value).decode()
+
+
+@pytest.fixture
+def run_yaml(spark, tmp_path) -> Callable[..., dict[str, Any]]:
+    """Run the single pipeline of a YAML text until idle; ``{tmp}`` in the text is ``tmp_path``."""
+    from airflow_conduit.config import load_pipeline_text
+    from airflow_conduit.engine.job import RunOptions
+    from airflow_conduit.engine.runner import run_pipeline
+
+    def run(yaml_text: str, *, state_dir: Path | None = None, pipeline: str | None = None) -> dict[str, Any]:
+        loaded = load_pipeline_text(yaml_text.replace("{tmp}", str(tmp_path)), str(tmp_path / "pipeline.yaml"))
+        config = loaded.get(pipeline) if pipeline else loaded.pipelines[0]
+        return run_pipeline(spark, config, state_dir or tmp_path / "state", RunOptions(until_idle=True))
+
+    return run

@@ -1,0 +1,178 @@
+"""The command line contract (DESIGN.md §4), run as users run it: as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import read_jsonl, text
+
+CLI = [sys.executable, "-m", "airflow_conduit.cli"]
+
+PIPELINE = """\
+version: "2.2"
+pipelines:
+  - id: clitest
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: ${COUNT}
+          rate: ${RATE}
+          maxRecordsPerBatch: 200
+      - id: out
+        type: destination
+        plugin: builtin:file
+        settings:
+          path: ${OUT}
+    processors:
+      - id: odd
+        plugin: error
+        condition: "CAST(.Key AS INT) % 500 = 7"
+        settings: {message: "seven"}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings: {path: "${OUT}-dlq"}
+      window-size: 0
+"""
+
+
+def cli(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, **kwargs)
+
+
+@pytest.fixture
+def pipeline_file(tmp_path: Path) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(PIPELINE)
+    return path
+
+
+def env_for(tmp_path: Path, count: int, rate: int) -> dict[str, str]:
+    return {"COUNT": str(count), "RATE": str(rate), "OUT": str(tmp_path / "out")}
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def commits(state: Path) -> list[int]:
+    directory = state / "clitest" / "checkpoint" / "commits"
+    return sorted(int(p.name) for p in directory.glob("[0-9]*")) if directory.is_dir() else []
+
+
+def test_help_explains_commands_and_exit_codes():
+    result = cli("--help")
+    assert result.returncode == 0
+    for word in ("validate", "run", "status", "dlq", "75 transient"):
+        assert word in result.stdout
+    run_help = cli("run", "--help").stdout
+    assert "--until-idle" in run_help and "--state-dir" in run_help and "exit.json" in run_help
+
+
+def test_validate_prints_pipeline_ids(pipeline_file, tmp_path):
+    result = cli("validate", str(pipeline_file), env=env_for(tmp_path, 10, 0))
+    assert result.returncode == 0 and result.stdout.split() == ["clitest"]
+
+
+def test_validate_refuses_a_bad_file_with_file_line_and_field(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(PIPELINE.replace("plugin: builtin:file", "plugin: builtin:nope"))
+    result = cli("validate", str(bad), env=env_for(tmp_path, 10, 0))
+    assert result.returncode == 2
+    assert f"{bad}:14: pipelines[0].connectors[1].plugin: unknown plugin 'builtin:nope'" in result.stderr
+
+
+def test_run_with_a_bad_file_exits_2(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("version: '2.2'\npipelines: []\n")
+    assert cli("run", str(bad), "--until-idle", "--state-dir", str(tmp_path / "s")).returncode == 2
+    assert cli("run", str(tmp_path / "missing.yaml")).returncode == 2
+    assert cli("run").returncode == 2  # usage
+
+
+def test_run_until_idle_prints_the_exit_payload_last(pipeline_file, tmp_path):
+    state = tmp_path / "state"
+    result = cli("run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 1000, 0))
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    assert payload == json.loads((state / "clitest" / "exit.json").read_text())
+    assert payload["status"] == "stopped" and payload["error"] is None
+    assert payload["records"]["read"] == 1000 and payload["records"]["dlq"] == 2  # keys 7 and 507
+    assert payload["records"]["written"] == {"clitest:out": 998}
+    assert "batch 4: 200 records" in result.stderr  # progress
+    assert "written to clitest:out" in result.stderr  # summary
+
+    status = json.loads(cli("status", "--state-dir", str(state), "--json").stdout)
+    assert status[0]["pipeline"] == "clitest" and status[0]["status"] == "stopped"
+    assert status[0]["counters"]["read"] == 1000
+    assert [e["event"] for e in status[0]["last_events"]][-2:] == ["started", "stopped"]
+    dlq = cli("dlq", "clitest", "--state-dir", str(state), "--json")
+    dlq_records = [json.loads(line) for line in dlq.stdout.splitlines()]
+    assert [text(r["position"]) for r in dlq_records] == ["7", "507"]
+    assert {r["metadata"]["conduit.dlq.nack.error"] for r in dlq_records} == {"seven"}
+    assert "seven" in cli("dlq", "clitest", "--state-dir", str(state)).stdout
+
+
+def test_sigterm_stops_gracefully_after_the_batch_in_flight(pipeline_file, tmp_path):
+    state = tmp_path / "state"
+    process = subprocess.Popen(
+        [*CLI, "run", str(pipeline_file), "--state-dir", str(state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env_for(tmp_path, 100_000, 400)},
+    )
+    try:
+        wait_for(lambda: len(commits(state)) >= 2, 120, "two committed batches")
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr[-3000:]
+    payload = json.loads(stdout.strip().splitlines()[-1])
+    assert payload["status"] == "stopped"
+    offsets = sorted(int(p.name) for p in (state / "clitest" / "checkpoint" / "offsets").glob("[0-9]*"))
+    assert offsets == commits(state)  # every batch begun was committed: none left in flight
+    keys = sorted(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
+    assert len(keys) == payload["records"]["written"]["clitest:out"]
+    assert keys == [k for k in range(payload["records"]["read"]) if k % 500 != 7]
+
+
+def test_sigkill_mid_run_loses_no_acknowledged_record(pipeline_file, tmp_path):
+    state = tmp_path / "state"
+    process = subprocess.Popen(
+        [*CLI, "run", str(pipeline_file), "--state-dir", str(state)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env_for(tmp_path, 3000, 400)},
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: len(commits(state)) >= 2, 120, "two committed batches")
+        os.killpg(process.pid, signal.SIGKILL)  # the driver and its JVM, without warning
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    acknowledged = len(commits(state))
+    assert 0 < acknowledged
+    # Restart from the checkpoint; at full speed until the source is drained.
+    result = cli("run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 3000, 0))
+    assert result.returncode == 0, result.stderr[-3000:]
+    keys = [int(text(r["key"])) for r in read_jsonl(tmp_path / "out")]
+    expected = [k for k in range(3000) if k % 500 != 7]
+    assert sorted(set(keys)) == expected  # nothing lost
+    assert len(keys) == len(expected)  # and a replayed batch replaced its own files: no duplicates
