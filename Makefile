@@ -15,7 +15,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/python examples/demo.py
+	rm -rf demo-output
+	$(VENV)/bin/airflow-conduit run examples/demo.yaml --until-idle --state-dir demo-output/state
+	@echo "output: demo-output/orders demo-output/refunds; DLQ: demo-output/dlq"
+	@echo "inspect: $(VENV)/bin/airflow-conduit status --state-dir demo-output/state"
+	@echo "         $(VENV)/bin/airflow-conduit dlq demo-orders --state-dir demo-output/state"
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

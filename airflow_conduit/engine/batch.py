@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation
+from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
@@ -155,10 +155,9 @@ class BatchProcessor:
             states = counts_of(seen)
             self._stop_if_asked(records, states, writes)
             nacked, nack_count = self._nacked(records, states, writes)
-            window_before, window_after = self._check_window(
-                batch_id, records, states["total"], nacked, nack_count
-            )
-            dlq_staged = self._stage_dlq(nacked, batch_id, cached) if nack_count else []
+            nack_rows = nacked.select("_seq", "_error", "_node", "position").collect() if nack_count else []
+            window_before, window_after = self._check_window(batch_id, records, states["total"], nack_rows)
+            dlq_staged = self._stage_dlq(nacked, nack_rows, batch_id) if nack_count else []
         except BaseException:
             for write in writes:
                 if write.staged is not None:
@@ -236,14 +235,14 @@ class BatchProcessor:
         return nacked, count
 
     def _check_window(
-        self, batch_id: int, records: DataFrame, total: int, nacked: DataFrame, nack_count: int
+        self, batch_id: int, records: DataFrame, total: int, nack_rows: list[Row]
     ) -> tuple[dlq.NackWindow | None, dlq.NackWindow | None]:
         config = self.pipeline.dlq
         if config.window_size <= 0:
             return None, None  # window-size 0: the DLQ takes every nack
         before = self.windows.load(batch_id, config.window_size, config.window_nack_threshold)
         after = dlq.NackWindow(before.size, before.threshold, before.outcomes.copy())
-        nacks = self._ranked_nacks(records, nacked) if nack_count else []
+        nacks = self._ranked_nacks(records, nack_rows) if nack_rows else []
         verdict = dlq.feed(after, total, nacks)
         if verdict.rejected is not None:
             rejected = verdict.rejected
@@ -252,8 +251,9 @@ class BatchProcessor:
                     kind="fatal",
                     code=Code.DLQ_THRESHOLD_EXCEEDED,
                     message=(
-                        f"DLQ nack threshold exceeded ({verdict.nacks_in_window}/{config.window_nack_threshold} "
-                        f"nacks in the last {config.window_size} records) at record position "
+                        f"DLQ nack threshold exceeded ({verdict.nacks_in_window}/"
+                        f"{config.window_nack_threshold} nacks in the last {config.window_size} records) "
+                        "at record position "
                         f"{position_text(rejected.position)}, original error: {rejected.error}"
                     ),
                     node=rejected.node,
@@ -262,7 +262,7 @@ class BatchProcessor:
         return before, after
 
     @staticmethod
-    def _ranked_nacks(records: DataFrame, nacked: DataFrame) -> list[dlq.Nack]:
+    def _ranked_nacks(records: DataFrame, nack_rows: list[Row]) -> list[dlq.Nack]:
         """Each nack's place among all records of the batch, from the partition sizes and ``_seq``."""
         sizes = records.groupBy(F.shiftright("_seq", ROW_BITS).alias("part")).count().collect()
         offsets, running = {}, 0
@@ -274,45 +274,44 @@ class BatchProcessor:
             dlq.Nack(
                 offsets[r._seq >> ROW_BITS] + (r._seq & row_mask), r._error or "", r._node or "", r.position
             )
-            for r in nacked.select("_seq", "_error", "_node", "position").collect()
+            for r in nack_rows
         ]
 
-    def _stage_dlq(self, nacked: DataFrame, batch_id: int, cached: list[DataFrame]) -> list[Staged]:
+    def _stage_dlq(self, nacked: DataFrame, nack_rows: list[Row], batch_id: int) -> list[Staged]:
         """Each nacked record, wrapped as Conduit does: a ``create`` whose ``.Payload.After`` is the
         failed record, with the nack error and node in its metadata. Kept in the state dir (the
-        queryable DLQ) and sent to the DLQ plugin."""
-        wrapped = nacked.selectExpr(
-            "position",
-            "'create' AS operation",
-            "map_concat(coalesce(metadata, cast(map() as map<string,string>)), "
-            f"map('{META_DLQ_ERROR}', coalesce(_error, ''), '{META_DLQ_NODE}', coalesce(_node, ''))) AS metadata",
-            "key",
-            "key_raw",
-            "CAST(NULL AS VARIANT) AS before",
-            "CAST(NULL AS BINARY) AS before_raw",
-            f"to_variant_object({opencdc_struct_sql()}) AS after",
-            "CAST(NULL AS BINARY) AS after_raw",
-            "_seq",
-            "_error",
-        ).persist()
-        cached.append(wrapped)  # kept until the DLQ plugin published (a log reads it then)
-        self._note_dlq(wrapped)
-        ordered = wrapped.orderBy("_seq").select(*RECORD_COLUMNS)
+        queryable DLQ) and sent to the DLQ plugin, in source order."""
+        self._note_dlq(nack_rows)
+        wrapped = (
+            nacked.selectExpr(
+                "position",
+                "'create' AS operation",
+                "map_concat(coalesce(metadata, cast(map() as map<string,string>)), "
+                f"map('{META_DLQ_ERROR}', coalesce(_error, ''), '{META_DLQ_NODE}', coalesce(_node, ''))) AS metadata",
+                "key",
+                "key_raw",
+                "CAST(NULL AS VARIANT) AS before",
+                "CAST(NULL AS BINARY) AS before_raw",
+                f"to_variant_object({opencdc_struct_sql()}) AS after",
+                "CAST(NULL AS BINARY) AS after_raw",
+                "_seq",
+            )
+            .coalesce(1)  # nacks are few: one ordered file, and no sampling job for a global sort
+            .sortWithinPartitions("_seq")
+            .select(*RECORD_COLUMNS)
+        )
         delivery = self.delivery("dlq", batch_id)
-        store = stage_jsonl(ordered, self.state.dlq_dir, delivery)
-        plugin = DESTINATIONS[self.pipeline.dlq.plugin](ordered, dict(self.pipeline.dlq.settings), delivery)
+        store = stage_jsonl(wrapped, self.state.dlq_dir, delivery)
+        plugin = DESTINATIONS[self.pipeline.dlq.plugin](wrapped, dict(self.pipeline.dlq.settings), delivery)
         return [store, plugin]
 
-    def _note_dlq(self, wrapped: DataFrame) -> None:
+    def _note_dlq(self, nack_rows: list[Row]) -> None:
         counters = self.counters
-        ends = wrapped.agg(
-            F.min_by("position", "_seq").alias("first"), F.max_by("position", "_seq").alias("last")
-        ).first()
+        ordered = sorted(nack_rows, key=lambda r: r._seq)
         if counters.dlq_first_position is None:
-            counters.dlq_first_position = position_text(ends.first)
-        counters.dlq_last_position = position_text(ends.last)
-        for row in wrapped.groupBy("_error").count().orderBy(F.desc("count")).limit(10).collect():
-            counters.dlq_errors[row._error or ""] += row["count"]
+            counters.dlq_first_position = position_text(ordered[0].position)
+        counters.dlq_last_position = position_text(ordered[-1].position)
+        counters.dlq_errors.update(r._error or "" for r in ordered)
 
     def _account(
         self, batch_id: int, states: Counter[str], nack_count: int, written: dict[str, int]
