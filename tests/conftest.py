@@ -47,7 +47,9 @@ def run_yaml(spark, tmp_path) -> Callable[..., dict[str, Any]]:
     from airflow_conduit.engine.runner import run_pipeline
 
     def run(yaml_text: str, *, state_dir: Path | None = None, pipeline: str | None = None) -> dict[str, Any]:
-        loaded = load_pipeline_text(yaml_text.replace("{tmp}", str(tmp_path)), str(tmp_path / "pipeline.yaml"))
+        loaded = load_pipeline_text(
+            yaml_text.replace("{tmp}", str(tmp_path)), str(tmp_path / "pipeline.yaml")
+        )
         config = loaded.get(pipeline) if pipeline else loaded.pipelines[0]
         return run_pipeline(spark, config, state_dir or tmp_path / "state", RunOptions(until_idle=True))
 

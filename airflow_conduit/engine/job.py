@@ -82,13 +82,13 @@ class PipelineRun:
         spark: SparkSession,
         pipeline: PipelineConfig,
         state: PipelineState,
-        options: RunOptions = RunOptions(),
+        options: RunOptions | None = None,
         on_batch: Callable[[PipelineRun, BatchResult], None] | None = None,
     ) -> None:
         self.spark = spark
         self.pipeline = pipeline
         self.state = state
-        self.options = options
+        self.options = options or RunOptions()
         self.on_batch = on_batch
         self.processor = BatchProcessor(pipeline, state, state.generation())
         self.error: PipelineError | None = None

@@ -122,7 +122,7 @@ def run_pipelines(
 
 
 def run_pipeline(
-    spark: SparkSession, pipeline: PipelineConfig, state_dir: str | Path, options: RunOptions = RunOptions()
+    spark: SparkSession, pipeline: PipelineConfig, state_dir: str | Path, options: RunOptions | None = None
 ) -> dict[str, Any]:
     """Run one pipeline in an existing session (tests, notebooks); returns its exit payload."""
     state = PipelineState(Path(state_dir), pipeline.id)
@@ -130,4 +130,4 @@ def run_pipeline(
         check_plan(spark, pipeline)
     except PlanError as error:
         return config_failure(pipeline, state, str(error))
-    return PipelineRun(spark, pipeline, state, options).start().wait()
+    return PipelineRun(spark, pipeline, state, options or RunOptions()).start().wait()

@@ -46,7 +46,9 @@ pipelines:
 
 
 def cli(*args: str, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, **kwargs)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, **kwargs
+    )
 
 
 @pytest.fixture
@@ -105,7 +107,9 @@ def test_run_with_a_bad_file_exits_2(tmp_path):
 
 def test_run_until_idle_prints_the_exit_payload_last(pipeline_file, tmp_path):
     state = tmp_path / "state"
-    result = cli("run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 1000, 0))
+    result = cli(
+        "run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 1000, 0)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     payload = json.loads(result.stdout.strip().splitlines()[-1])
     assert payload == json.loads((state / "clitest" / "exit.json").read_text())
@@ -168,9 +172,11 @@ def test_sigkill_mid_run_loses_no_acknowledged_record(pipeline_file, tmp_path):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
     acknowledged = len(commits(state))
-    assert 0 < acknowledged
+    assert acknowledged > 0
     # Restart from the checkpoint; at full speed until the source is drained.
-    result = cli("run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 3000, 0))
+    result = cli(
+        "run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 3000, 0)
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     keys = [int(text(r["key"])) for r in read_jsonl(tmp_path / "out")]
     expected = [k for k in range(3000) if k % 500 != 7]

@@ -43,7 +43,10 @@ def test_the_nack_past_the_threshold_is_fatal_and_its_batch_is_not_written(run_y
 
 
 def test_default_dlq_stops_at_the_first_nack(run_yaml, tmp_path):
-    yaml_text = PIPELINE.replace("    dead-letter-queue:\n      plugin: builtin:file\n", "    dead-letter-queue:\n      plugin: builtin:log\n")
+    yaml_text = PIPELINE.replace(
+        "    dead-letter-queue:\n      plugin: builtin:file\n",
+        "    dead-letter-queue:\n      plugin: builtin:log\n",
+    )
     yaml_text = yaml_text.replace('      settings: {path: "{tmp}/dlq"}\n', "      settings: {}\n")
     payload = run_yaml(yaml_text % ("70", 1, 0))
     assert payload["exit_code"] == 1 and payload["error"]["code"] == "dlq_threshold_exceeded"

@@ -49,7 +49,9 @@ def test_feed_accepts_spread_out_nacks_and_carries_the_tail():
     assert verdict.rejected == nack_at(0)
 
 
-@pytest.mark.parametrize(("size", "threshold", "ranks", "crossing"), [(1, 0, [3], 3), (10, 3, [0, 1, 2, 3, 4], 3)])
+@pytest.mark.parametrize(
+    ("size", "threshold", "ranks", "crossing"), [(1, 0, [3], 3), (10, 3, [0, 1, 2, 3, 4], 3)]
+)
 def test_feed_table(size, threshold, ranks, crossing):
     verdict = feed(NackWindow(size, threshold), 50, [nack_at(r) for r in ranks])
     assert verdict.rejected is not None and verdict.rejected.rank == crossing
