@@ -111,6 +111,9 @@ def run_pipelines(
 
     if install_signal_handlers:
         install_signal_handlers(stop_all)
+    if request.recover:
+        payloads.update(_run_recovering(runs, request))
+        return [payloads[p.id] for p in request.pipelines]
     for run in runs:
         logger.info(
             "%s: starting (%s)", run.pipeline.id, "until idle" if request.until_idle else "continuous"
@@ -119,6 +122,36 @@ def run_pipelines(
     for run in runs:
         payloads[run.pipeline.id] = run.wait()
     return [payloads[p.id] for p in request.pipelines]
+
+
+def _run_recovering(runs: list[PipelineRun], request: RunRequest) -> dict[str, dict[str, Any]]:
+    """``--recover``: each pipeline in its own thread, restarted after transient failures with Conduit's
+    backoff and window (``AIRFLOW__CONDUIT__*`` settings, as for the Airflow side)."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_conduit.recovery import PipelineRecovery, RecoveryPolicy, run_with_recovery
+
+    policy = RecoveryPolicy.from_env(os.environ)
+
+    def recover(index: int) -> dict[str, Any]:
+        first = runs[index]
+        attempts = [0]
+
+        def run_once() -> dict[str, Any]:
+            if attempts[0]:
+                # A fresh query from the checkpoint; kept in `runs` so a stop request reaches it.
+                runs[index] = PipelineRun(first.spark, first.pipeline, first.state, first.options)
+            attempts[0] += 1
+            logger.info("%s: run %d, recovery %s", first.pipeline.id, attempts[0], policy.describe())
+            return runs[index].start().wait()
+
+        result = run_with_recovery(run_once, PipelineRecovery(first.state, policy, log=logger))
+        return dict(result.payload)
+
+    with ThreadPoolExecutor(max_workers=len(runs) or 1) as pool:
+        results = list(pool.map(recover, range(len(runs))))
+    return {payload["pipeline"]: payload for payload in results}
 
 
 def run_pipeline(

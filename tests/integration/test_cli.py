@@ -182,3 +182,58 @@ def test_sigkill_mid_run_loses_no_acknowledged_record(pipeline_file, tmp_path):
     expected = [k for k in range(3000) if k % 500 != 7]
     assert sorted(set(keys)) == expected  # nothing lost
     assert len(keys) == len(expected)  # and a replayed batch replaced its own files: no duplicates
+
+
+FLAKY = """\
+import os
+import time
+
+from airflow_conduit.errors import TransientError
+
+
+def until_deadline(record):
+    # Transient for some seconds after the first call: a downstream system that comes back.
+    marker = os.environ["FLAKY_MARKER"]
+    if not os.path.exists(marker):
+        with open(marker, "w") as fh:
+            fh.write(str(time.time() + float(os.environ["FLAKY_SECONDS"])))
+    with open(marker) as fh:
+        if time.time() < float(fh.read()):
+            raise TransientError("downstream unavailable")
+    return record
+"""
+
+
+def test_run_recover_restarts_after_transient_failures(tmp_path):
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    pipeline = tmp_path / "flaky.yaml"
+    pipeline.write_text(
+        PIPELINE.replace("clitest", "flaky").replace(
+            "    processors:\n",
+            "    processors:\n"
+            "      - id: flaky\n"
+            "        plugin: custom.python\n"
+            f"        settings: {{function: 'flaky:until_deadline', path: '{tmp_path}'}}\n",
+        )
+    )
+    state = tmp_path / "state"
+    env = {
+        **env_for(tmp_path, 500, 0),
+        "FLAKY_MARKER": str(tmp_path / "flaky-until"),
+        "FLAKY_SECONDS": "8",
+        "AIRFLOW__CONDUIT__MIN_DELAY": "1",
+        "AIRFLOW__CONDUIT__MAX_RETRIES": "20",
+    }
+    result = cli(
+        "run", str(pipeline), "--until-idle", "--recover", "--state-dir", str(state), env=env, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads(result.stdout.strip().splitlines()[-1])
+    assert payload["status"] == "stopped"
+    events = [
+        json.loads(line)["event"] for line in (state / "flaky" / "audit.jsonl").read_text().splitlines()
+    ]
+    assert events.count("fault") >= 1 and "restarted" in events  # it failed, backed off, restarted
+    assert events[-1] == "stopped"
+    keys = sorted(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
+    assert keys == [k for k in range(500) if k % 500 != 7]  # every record delivered once
