@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -26,6 +27,8 @@ def get_session(master: str | None = None, app_name: str = "airflow-conduit") ->
         builder = builder.master(master)
     elif not under_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
+    log_config = Path(__file__).with_name("log4j2.properties")
+    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
     cores = os.cpu_count() or 2
     spark = (
         builder.config("spark.sql.shuffle.partitions", str(max(2, cores)))
