@@ -13,7 +13,6 @@ from urllib.parse import SplitResult
 
 from airflow.sdk import Asset
 
-
 SCHEME = "conduit"
 DLQ_GROUP = "dead_letter_queue"
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]*$")
@@ -30,7 +29,7 @@ def dlq_uri(pipeline_id: str) -> str:
 
 
 def dlq_asset(pipeline_id: str) -> Asset:
-    """The DLQ of ``pipeline_id`` as an Asset (URI ``conduit://PIPELINE_ID/dlq``, group ``dead_letter_queue``).
+    """The DLQ of ``pipeline_id``: URI ``conduit://PIPELINE_ID/dlq``, group ``dead_letter_queue``.
 
     Equal assets compare equal, so the producing operator and a consuming DAG can each call this.
     """

@@ -16,7 +16,7 @@ import base64
 import json
 import os
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,7 +104,9 @@ def dlq_files(directory: str | os.PathLike[str]) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(
-        p for p in root.iterdir() if p.is_file() and p.suffix == ".jsonl" and not p.name.startswith(("_", "."))
+        p
+        for p in root.iterdir()
+        if p.is_file() and p.suffix == ".jsonl" and not p.name.startswith(("_", "."))
     )
 
 

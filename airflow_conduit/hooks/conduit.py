@@ -146,7 +146,7 @@ class ConduitHook(BaseHook):
         name: str | None = None,
         application: str | None = None,
         spark_submit_kwargs: Mapping[str, Any] | None = None,
-        stop_timeout: float = 60.0,
+        stop_timeout: float = 30.0,
     ) -> None:
         super().__init__()
         self.spark_conn_id = spark_conn_id
@@ -244,13 +244,12 @@ class ConduitHook(BaseHook):
         )
         spark = self.get_spark_submit_hook(args, name=self.name or f"conduit-{pipeline_id}")
         self._spark_hook = spark
-        timer = None
+        submitted_at = datetime.now(UTC)
+        stopper = None
         if stop_after is not None:
             seconds = stop_after.total_seconds() if isinstance(stop_after, timedelta) else float(stop_after)
-            timer = threading.Timer(seconds, self._request_stop, args=(state, "stop_after elapsed"))
-            timer.daemon = True
-            timer.start()
-        submitted_at = datetime.now(UTC)
+            stopper = _StopAfter(self, state, seconds, submitted_at)
+            stopper.start()
         self.log.info(
             "Submitting pipeline %s (%s) from %s to Spark master %s",
             pipeline_id,
@@ -264,13 +263,15 @@ class ConduitHook(BaseHook):
         except AirflowException as exc:  # a nonzero exit: classified below from the payload
             failure = exc
         finally:
-            if timer is not None:
-                timer.cancel()
+            if stopper is not None:
+                stopper.finish()
         ended_at = datetime.now(UTC)
         returncode = spark._submit_sp.returncode if spark._submit_sp is not None else None
         payload, source = self._read_payload(state, exit_before, spark)
         if payload is None:
-            payload = self._synthesize_payload(pipeline_id, returncode, failure, spark, submitted_at, ended_at)
+            payload = self._synthesize_payload(
+                pipeline_id, returncode, failure, spark, submitted_at, ended_at
+            )
         elif returncode is not None and int(payload.get("exit_code", returncode)) != returncode:
             self.log.warning(
                 "spark-submit exited with %s but the exit payload says %s; trusting the payload",
@@ -377,6 +378,50 @@ class ConduitHook(BaseHook):
         if shutil.which(binary, path=env_path) is None:
             return False, f"{binary} not found on PATH"
         return True, f"master {spark._connection['master']}, {binary} found"
+
+
+class _StopAfter(threading.Thread):
+    """Requests a graceful stop once the pipeline has been running for ``seconds``.
+
+    The clock starts when the run reports ``running`` (Spark's start-up does not count), and the
+    request is renewed until the job exits: the engine clears stale stop requests when it starts.
+    """
+
+    def __init__(self, hook: ConduitHook, state: PipelineState, seconds: float, submitted_at: datetime):
+        super().__init__(name=f"conduit-stop-after-{state.pipeline_id}", daemon=True)
+        self.hook, self.state, self.seconds, self.submitted_at = hook, state, seconds, submitted_at
+        self.done = threading.Event()
+        self.requested = False
+
+    def _running_since(self) -> float | None:
+        status = self.state.read_status() or {}
+        if status.get("status") != "running":
+            return None
+        try:
+            updated = datetime.fromisoformat(str(status.get("updated_at", "")).replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return time.monotonic() if updated >= self.submitted_at else None
+
+    def run(self) -> None:
+        deadline = None
+        while not self.done.wait(1.0):
+            if deadline is None:
+                since = self._running_since()
+                if since is not None:
+                    deadline = since + self.seconds
+            elif time.monotonic() >= deadline and not self.state.stop_requested:
+                if not self.requested:
+                    self.hook._request_stop(self.state, f"ran for {self.seconds:g}s (stop_after)")
+                else:
+                    self.state.request_stop()
+                self.requested = True
+
+    def finish(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+        if self.requested:
+            self.state.clear_stop_request()
 
 
 def _iso(moment: datetime) -> str:

@@ -59,7 +59,6 @@ class ConduitPipelineError(AirflowException):
         )
 
 
-
 class PipelineTransientError(ConduitPipelineError):
     """The pipeline failed with a transient error: a restart may succeed (retryable)."""
 

@@ -20,8 +20,8 @@ from airflow_conduit.recovery.policy import INFINITE_RETRIES, RecoveryPolicy, fo
 from airflow_conduit.recovery.runner import RecoveryResult, classify, run_with_recovery
 
 if TYPE_CHECKING:
-    from airflow_conduit.recovery.config import policy_from_airflow_config
-    from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy
+    from airflow_conduit.recovery.config import policy_from_airflow_config  # noqa: F401
+    from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy  # noqa: F401
 
 __all__ = [
     "CANNOT_RECOVER",

@@ -76,7 +76,9 @@ class PipelineRecovery:
         return active_restarts(self.history(), self.policy, now or self.clock())
 
     def _save(self, restarts: list[Restart], now: datetime, **extra: Any) -> None:
-        keep = [r for r in restarts if r.active(now, self.policy.max_retries_window) or r.restarted_at is None]
+        keep = [
+            r for r in restarts if r.active(now, self.policy.max_retries_window) or r.restarted_at is None
+        ]
         data = {
             "pipeline": self.state.pipeline_id,
             "policy": self.policy.to_dict(),
@@ -101,7 +103,9 @@ class PipelineRecovery:
         return None
 
     # events -------------------------------------------------------------------------------------
-    def on_failure(self, payload: Mapping[str, Any] | None, *, now: datetime | None = None) -> RecoveryDecision:
+    def on_failure(
+        self, payload: Mapping[str, Any] | None, *, now: datetime | None = None
+    ) -> RecoveryDecision:
         """Decide and record what follows a transient failure whose exit payload is ``payload``.
 
         Writes status ``recovering`` (attempt, next start) and an audit event ``recovering``, or, when
@@ -137,7 +141,8 @@ class PipelineRecovery:
                 error=error,
             )
             self.log.warning(
-                "Pipeline %s failed with a transient error (%s): recovering, attempt %d, next start in %s at %s",
+                "Pipeline %s failed with a transient error (%s): recovering, attempt %d, "
+                "next start in %s at %s",
                 pid,
                 _describe_error(error),
                 decision.attempt,

@@ -59,7 +59,7 @@ def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
         except ValueError:
             pass
         sign = 1
-        if text[:1] in "+-":
+        if text and text[0] in "+-":
             sign = -1 if text[0] == "-" else 1
             text = text[1:]
         pos, seconds = 0, 0.0
@@ -70,7 +70,9 @@ def parse_duration(value: DurationLike, *, name: str = "duration") -> timedelta:
             pos = match.end()
         if text and pos == len(text):
             return timedelta(seconds=sign * seconds)
-    raise ValueError(f"{name}: expected a duration such as 1s, 500ms, 10m or a number of seconds, got {value!r}")
+    raise ValueError(
+        f"{name}: expected a duration such as 1s, 500ms, 10m or a number of seconds, got {value!r}"
+    )
 
 
 def format_duration(delta: timedelta) -> str:
@@ -222,14 +224,20 @@ class RecoveryPolicy:
 
     @classmethod
     def from_env(
-        cls, environ: Mapping[str, str], *, prefix: str = "AIRFLOW__CONDUIT__", base: RecoveryPolicy | None = None
+        cls,
+        environ: Mapping[str, str],
+        *,
+        prefix: str = "AIRFLOW__CONDUIT__",
+        base: RecoveryPolicy | None = None,
     ) -> RecoveryPolicy:
         """A policy from environment variables (``AIRFLOW__CONDUIT__MIN_DELAY`` ...), without Airflow.
 
         Lets ``airflow-conduit run --recover`` share the Airflow deployment's settings.
         """
         settings = {
-            f.name: environ[prefix + f.name.upper()] for f in fields(cls) if prefix + f.name.upper() in environ
+            f.name: environ[prefix + f.name.upper()]
+            for f in fields(cls)
+            if prefix + f.name.upper() in environ
         }
         return cls.from_settings(settings, base=base)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
+from airflow_conduit.recovery.decision import CANNOT_RECOVER
 from airflow_conduit.recovery.history import PipelineRecovery
 from airflow_conduit.recovery.policy import RecoveryPolicy
 from airflow_conduit.state import PipelineState
@@ -58,16 +59,23 @@ class ConduitRetryPolicy(RetryPolicy):
         policy = self.resolve(exception)
         state = PipelineState.of(exception.state_dir, exception.pipeline_id)
         log = getattr(context.get("ti"), "log", None) if context else None
-        decision = PipelineRecovery(state, policy, log=log).on_failure(exception.payload)
-        if not decision.restart:
-            return RetryDecision.fail(reason=f"pipeline {exception.pipeline_id} degraded: {decision.reason}")
-        if max_tries and try_number > max_tries:
-            # Airflow will fail the task anyway: say so in the pipeline's status as well.
-            PipelineRecovery(state, policy, log=log)._degrade(
-                f"the task has no retries left ({max_tries}); raise `retries`",
-                cause=exception.payload.get("error") if exception.payload else None,
+        recovery = PipelineRecovery(state, policy, log=log)
+        if try_number > max_tries:
+            # Airflow has no retry left whatever we say: the pipeline is degraded.
+            recovery.on_fatal(
+                {
+                    "error": {
+                        "kind": "fatal",
+                        "code": CANNOT_RECOVER,
+                        "message": f"the task has no retries left (retries={max_tries}); raise `retries`",
+                        "node": exception.error.get("node"),
+                    }
+                }
             )
             return RetryDecision.fail(reason="no Airflow retries left")
+        decision = recovery.on_failure(exception.payload)
+        if not decision.restart:
+            return RetryDecision.fail(reason=f"pipeline {exception.pipeline_id} degraded: {decision.reason}")
         return RetryDecision.retry(delay=decision.delay, reason=decision.reason)
 
     def serialize(self) -> dict[str, Any]:

@@ -106,7 +106,9 @@ def run_with_recovery(
         if not decision.restart:
             result.outcome = "degraded"
             return result
-        if not wait_until(decision.start_at, clock=recovery.clock, sleep=sleep, stop_requested=stop_requested):
+        if not wait_until(
+            decision.start_at, clock=recovery.clock, sleep=sleep, stop_requested=stop_requested
+        ):
             cancel_recovery(recovery)
             result.outcome = "cancelled"
             return result

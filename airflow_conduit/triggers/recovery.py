@@ -23,7 +23,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
     pipeline stopped while recovering.
 
     Events: ``{"status": "restart", ...}`` or ``{"status": "stop_requested", ...}`` with
-    ``pipeline_id``, ``attempt``, ``start_at`` and ``fired_at``.
+    ``pipeline_id``, ``attempt``, ``start_at``, ``fired_at`` and ``carry``.
 
     :param pipeline_id: the pipeline
     :param state_dir: its state dir
@@ -31,6 +31,8 @@ class PipelineRecoveryTrigger(BaseTrigger):
     :param attempt: the restart's attempt number inside the window
     :param delay: the backoff delay in seconds (informational)
     :param poll_interval: how often a stop request is looked for, in seconds
+    :param carry: JSON-safe data handed back unchanged in the event (the operator's runs so far), so
+        the resumed task has it whichever way the event reaches it
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
         attempt: int,
         delay: float,
         poll_interval: float = 1.0,
+        carry: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.pipeline_id = pipeline_id
@@ -50,6 +53,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
         self.attempt = int(attempt)
         self.delay = float(delay)
         self.poll_interval = float(poll_interval)
+        self.carry = carry
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -61,6 +65,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
                 "attempt": self.attempt,
                 "delay": self.delay,
                 "poll_interval": self.poll_interval,
+                "carry": self.carry,
             },
         )
 
@@ -74,6 +79,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
                 "delay": self.delay,
                 "start_at": self.start_at,
                 "fired_at": format_time(datetime.now(UTC)),
+                "carry": self.carry,
             }
         )
 

@@ -144,12 +144,31 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         done = int(start["records"])
         if stop_requested(self.stop_file):
             return start
-        if self._available_now and self._target is None:
-            self._target = self._available(done)
-        end = self._target if self._target is not None else self._available(done)
+        if self._available_now:
+            if self._target is None:
+                # What an until-idle run generates: all of a finite recordCount, else one batch. The rate
+                # paces it; it must not cut it short (the rate clock starts at zero records).
+                spec = self.spec
+                self._target = (
+                    spec.record_count if spec.record_count >= 0 else done + spec.max_records_per_batch
+                )
+            end = self._target
+            if self.spec.rate > 0 and end > done:
+                end = min(end, self._await_rate(done))
+        else:
+            end = self._available(done)
         if isinstance(limit, ReadMaxRows):
             end = min(end, done + limit.max_rows)
         return {"records": max(done, end)}
+
+    def _await_rate(self, done: int) -> int:
+        """Under AvailableNow an offset that did not move ends the run: wait (at most 1/rate seconds)
+        until the rate allows another record, or a stop is requested."""
+        while True:
+            available = self._available(done)
+            if available > done or stop_requested(self.stop_file):
+                return available
+            time.sleep(min(0.1, 1 / self.spec.rate))
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = int(start["records"]), int(end["records"])

@@ -18,25 +18,37 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
 
 @dataclass(frozen=True)
 class StagedLog:
-    """Logging cannot be taken back, so it happens on publish, once the batch is known to be good."""
+    """Logging cannot be taken back, so it happens on publish, once the batch is known to be good.
 
-    records: DataFrame
+    The lines are computed on stage, into Spark's cache (executor memory, spilling to disk), by an
+    ordinary action: the engine counts what a destination received with a Spark ``observe`` on its
+    records, and those metrics arrive only with such an action (a ``toLocalIterator`` reports them as
+    soon as it is set up, before any record was read: zero). Publish then only reads the cache.
+    """
+
+    lines: DataFrame
     level: int
     message: str
 
     def publish(self) -> None:
-        if not logger.isEnabledFor(self.level):
-            return
-        # Streamed partition by partition: the driver never holds the whole batch.
-        for row in self.records.selectExpr(f"{opencdc_json_sql()} AS value").toLocalIterator():
-            logger.log(self.level, "%s: %s", self.message, row.value)
+        try:
+            if not logger.isEnabledFor(self.level):
+                return
+            # Streamed partition by partition: the driver never holds the whole batch.
+            for row in self.lines.toLocalIterator():
+                logger.log(self.level, "%s: %s", self.message, row.value)
+        finally:
+            self.lines.unpersist()
 
     def discard(self) -> None:
         """Nothing was written."""
+        self.lines.unpersist()
 
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedLog:
     level = LEVELS[str(settings.get("level") or "info").lower()]
+    lines = records.selectExpr(f"{opencdc_json_sql()} AS value").persist()
+    lines.write.format("noop").mode("overwrite").save()
     return StagedLog(
-        records, level, settings.get("message") or f"{delivery.pipeline_id}:{delivery.destination_id}"
+        lines, level, settings.get("message") or f"{delivery.pipeline_id}:{delivery.destination_id}"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors import (
@@ -34,8 +35,26 @@ PROCESSORS: dict[str, Apply] = {
 }
 
 
+# The identity on ``_state``, but not deterministic in Spark's eyes (``spark_partition_id``): see apply_all.
+_STATE_BARRIER = "CASE WHEN spark_partition_id() >= 0 THEN _state END"
+
+
 def apply_all(records: DataFrame, processors: Iterable[ProcessorConfig]) -> DataFrame:
-    """Apply processors in the order they are listed, as Conduit does."""
+    """Apply processors in the order they are listed, as Conduit does.
+
+    The chain ends with an optimizer barrier. Each processor's columns are ``CASE`` expressions that
+    name the previous processor's columns more than once; Spark's ``CollapseProject`` knows not to
+    inline such expressions, but predicate pushdown does not: a filter on ``_state`` above the chain
+    (the engine has several: open records per destination, nacked ones for the DLQ) would be pushed
+    through every processor, its condition growing several times per processor (a few processors that
+    can nack made a plan of millions of nodes and an OutOfMemoryError on the driver). Spark never
+    pushes a filter through a projection with a non-deterministic column, so ``_state`` is passed
+    through one.
+    """
+    applied = False
     for proc in processors:
         records = PROCESSORS[proc.plugin](records, proc)
+        applied = True
+    if applied:
+        records = records.withColumn("_state", F.expr(_STATE_BARRIER))
     return records

@@ -1,41 +1,47 @@
-"""``field.exclude``: remove fields (a whole payload part when no nested path is given)."""
+"""``field.exclude``: remove fields (a whole payload part, or all metadata, when no nested path is given)."""
 
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from airflow_conduit.config.fieldref import parse_field_ref
+from airflow_conduit.config.fieldref import FieldRef, parse_field_list, parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._expr import (
+    EMPTY_METADATA,
     apply_changes,
-    raw_problem,
+    get_path,
     sql_str,
     unsupported,
     update_parent,
 )
 
 
-def fields_of(proc: ProcessorConfig) -> list[str]:
+def fields_of(proc: ProcessorConfig) -> list[FieldRef]:
     fields = proc.settings["fields"]
     if isinstance(fields, str):
-        fields = fields.split(",")
-    return [f.strip() for f in fields if str(f).strip()]
+        # As the config validated it: a comma inside .Metadata["a,b"] does not separate fields.
+        return list(parse_field_list(fields))
+    return [parse_field_ref(str(f)) for f in fields if str(f).strip()]
 
 
 def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    for text in fields_of(proc):
-        ref = parse_field_ref(text)
+    for ref in fields_of(proc):
         if ref.root == "metadata" and ref.path:
             keep = f"map_filter(metadata, (k, v) -> k != {sql_str(ref.path[0])})"
             records = apply_changes(records, proc, {"metadata": keep})
+        elif ref.root == "metadata":
+            # `.Metadata` itself, as Conduit allows: every key.
+            records = apply_changes(records, proc, {"metadata": EMPTY_METADATA})
         elif ref.root in ("key", "before", "after") and not ref.path:
             records = apply_changes(records, proc, {ref.root: "NULL", f"{ref.root}_raw": "NULL"})
         elif ref.root in ("key", "before", "after"):
             leaf = sql_str(ref.path[-1])
             changed = update_parent(ref.root, ref.path, f"map_filter({{m}}, (k, v) -> k != {leaf})")
-            # Excluding a field of raw data is a no-op, as there is no field to remove.
+            # Excluding a missing field, or a field of raw data (there is no field to remove), is a no-op:
+            # it must not create the field's parents, nor turn a null payload into an empty object.
+            current = get_path(ref.root, ref.path)
             records = apply_changes(
-                records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"}
+                records, proc, {ref.root: f"CASE WHEN {current} IS NULL THEN {ref.root} ELSE {changed} END"}
             )
         else:
             raise unsupported(proc, ref)

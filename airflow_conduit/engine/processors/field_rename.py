@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from airflow_conduit.config.fieldref import parse_field_ref
+from airflow_conduit.config.fieldref import parse_field_ref, parse_rename_mapping
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._expr import (
     apply_changes,
-    raw_problem,
+    get_path,
     sql_str,
     unsupported,
     update_parent,
@@ -20,7 +20,8 @@ def mapping_of(proc: ProcessorConfig) -> list[tuple[str, str]]:
     if isinstance(mapping, dict):
         return [(str(k), str(v)) for k, v in mapping.items()]
     if isinstance(mapping, str):
-        mapping = mapping.split(",")
+        # As the config validated it: `,` and `:` inside .Metadata["a:b,c"] do not separate entries.
+        return [(str(ref), new) for ref, new in parse_rename_mapping(mapping)]
     pairs = []
     for entry in mapping:
         if isinstance(entry, (list, tuple)):
@@ -44,8 +45,11 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
             )
         elif ref.root in ("key", "before", "after") and ref.path:
             changed = update_parent(ref.root, ref.path, rename_keys("{m}", ref.path[-1], new_name))
+            # Only where the field exists: renaming a missing one must not create its parents (nor turn
+            # a null payload, as in a delete's .Payload.After, into an empty object).
+            current = get_path(ref.root, ref.path)
             records = apply_changes(
-                records, proc, {ref.root: f"CASE WHEN {raw_problem(ref)} THEN {ref.root} ELSE {changed} END"}
+                records, proc, {ref.root: f"CASE WHEN {current} IS NULL THEN {ref.root} ELSE {changed} END"}
             )
         else:
             raise unsupported(proc, ref)

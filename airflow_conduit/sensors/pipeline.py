@@ -1,0 +1,114 @@
+"""Wait for a pipeline started elsewhere to stop, watching its state dir."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator, PokeReturnValue
+
+from airflow_conduit.hooks.exceptions import PipelineDegradedError, PipelineTransientError
+from airflow_conduit.recovery.decision import format_time, parse_time
+from airflow_conduit.state import PipelineState
+from airflow_conduit.triggers.status import PipelineStatusTrigger, check_pipeline
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class ConduitPipelineSensor(BaseSensorOperator):
+    """Waits until a pipeline stops, through its status and exit payload in the state dir.
+
+    Succeeds on a graceful stop (the exit payload is the XCom value); fails without retry when the
+    pipeline is degraded (:class:`PipelineDegradedError`); fails retryably when it failed with a
+    transient error and nobody recovers it (:class:`PipelineTransientError`). ``running`` and
+    ``recovering`` keep it waiting. Deferred, the polling runs in the triggerer and holds no worker slot.
+
+    :param pipeline_id: the pipeline (templated)
+    :param state_dir: its state dir (templated)
+    :param newer_than: ignore a status written before this time, an earlier run's (ISO-8601 string or
+        datetime; templated, e.g. ``"{{ dag_run.start_date }}"``)
+    :param failed_grace: seconds a ``failed`` status must last before it counts (recovery may be about
+        to take over)
+    :param deferrable: poll in the triggerer
+    """
+
+    template_fields: Sequence[str] = ("pipeline_id", "state_dir", "newer_than")
+    ui_color = "#e0f0ff"
+
+    def __init__(
+        self,
+        *,
+        pipeline_id: str,
+        state_dir: str,
+        newer_than: str | datetime | None = None,
+        failed_grace: float = 10.0,
+        deferrable: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline_id = pipeline_id
+        self.state_dir = state_dir
+        self.newer_than = newer_than
+        self.failed_grace = failed_grace
+        self.deferrable = deferrable
+
+    def _newer_than(self) -> datetime | None:
+        if self.newer_than in (None, ""):
+            return None
+        return parse_time(self.newer_than)  # type: ignore[arg-type]
+
+    def _check(self) -> dict[str, Any]:
+
+        state = PipelineState.of(os.path.abspath(self.state_dir), self.pipeline_id)
+        return check_pipeline(state, newer_than=self._newer_than(), failed_grace=self.failed_grace)
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        result = self._check()
+        if result["terminal"]:
+            return self._finish(result)
+
+        newer_than = self._newer_than()
+        self.log.info("Pipeline %s is %s; deferring", self.pipeline_id, result["status"])
+        self.defer(
+            trigger=PipelineStatusTrigger(
+                pipeline_id=self.pipeline_id,
+                state_dir=os.path.abspath(self.state_dir),
+                poll_interval=self.poke_interval,
+                newer_than=format_time(newer_than) if newer_than else None,
+                failed_grace=self.failed_grace,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) if self.timeout else None,
+        )
+
+    def poke(self, context: Context) -> bool | PokeReturnValue:
+        result = self._check()
+        if not result["terminal"]:
+            self.log.info("Pipeline %s is %s", self.pipeline_id, result["status"])
+            return False
+        return PokeReturnValue(is_done=True, xcom_value=self._finish(result))
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
+        return self._finish(event)
+
+    def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        status = result.get("status")
+        payload = result.get("payload") or {}
+        error = result.get("error") or payload.get("error") or {}
+        kwargs = {"pipeline_id": self.pipeline_id, "state_dir": self.state_dir, "payload": payload}
+        message = f"{error.get('code', '')}: {error.get('message', '')}".strip(": ")
+        if status == "stopped":
+            self.log.info(
+                "Pipeline %s stopped gracefully; records %s", self.pipeline_id, payload.get("records")
+            )
+            return payload or result
+        if status == "degraded":
+            raise PipelineDegradedError(f"pipeline {self.pipeline_id} is degraded: {message}", **kwargs)
+        raise PipelineTransientError(
+            f"pipeline {self.pipeline_id} failed with a transient error: {message}", **kwargs
+        )
