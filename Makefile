@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo demo-cli test test-e2e lint bench clean
 
 venv: $(STAMP)
 
@@ -14,15 +14,31 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[spark,airflow,dev]"
 	touch $(STAMP)
 
-demo: $(STAMP)
-	rm -rf demo-output
-	$(VENV)/bin/airflow-conduit run examples/demo.yaml --until-idle --state-dir demo-output/state
-	@echo "output: demo-output/orders demo-output/refunds; DLQ: demo-output/dlq"
-	@echo "inspect: $(VENV)/bin/airflow-conduit status --state-dir demo-output/state"
-	@echo "         $(VENV)/bin/airflow-conduit dlq demo-orders --state-dir demo-output/state"
+# The demo runs the hourly example DAG once through Airflow (dag.test on SQLite) on local Spark.
+AIRFLOW_DEMO := AIRFLOW_HOME=$(CURDIR)/.airflow-demo AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__LOAD_EXAMPLES=False AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type":"spark","host":"local[*]"}'
 
+demo: $(STAMP)
+	rm -rf demo-output .conduit/orders
+	$(AIRFLOW_DEMO) $(VENV)/bin/airflow db migrate > /dev/null
+	$(AIRFLOW_DEMO) $(VENV)/bin/airflow dags test conduit_orders_hourly
+	@echo
+	@echo "pipeline output: demo-output/orders    DLQ: .conduit/orders/dlq"
+	@echo "status:          $(VENV)/bin/airflow-conduit status"
+	@echo "DLQ records:     $(VENV)/bin/airflow-conduit dlq orders"
+
+# The same engine without Airflow: examples/demo.yaml from the command line.
+demo-cli: $(STAMP)
+	rm -rf demo-output/cli
+	$(VENV)/bin/airflow-conduit run examples/demo.yaml --until-idle --state-dir demo-output/cli/state
+
+# make test: everything but the slow end-to-end Airflow runs of the real engine, which have their own
+# target (CI runs both).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -m "not engine"
+
+test-e2e: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m engine tests/airflow
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -32,4 +48,4 @@ bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/throughput.py
 
 clean:
-	rm -rf $(VENV) .conduit demo-output
+	rm -rf $(VENV) .conduit demo-output .airflow-demo

@@ -35,6 +35,8 @@ def get_session(master: str | None = None, app_name: str = "airflow-conduit") ->
         # field.set and friends merge maps: the new value wins.
         .config("spark.sql.mapKeyDedupPolicy", "LAST_WIN")
         .config("spark.ui.showConsoleProgress", "false")
+        # OpenCDC JSON carries raw values as base64: one unbroken string, not MIME's 76-column lines.
+        .config("spark.sql.chunkBase64String.enabled", "false")
         .config("spark.sql.streaming.stopTimeout", "0")
         .getOrCreate()
     )

@@ -29,18 +29,6 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 SPARK_CONN = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
 
-def engine_available() -> bool:
-    """The real engine's spark-submit entry point can be imported (it may still be in the works)."""
-    if not (REPO / "airflow_conduit" / "engine" / "job.py").exists():
-        return False
-    probe = subprocess.run(
-        [sys.executable, "-c", "import airflow_conduit.engine.job as j; assert callable(j.main)"],
-        capture_output=True,
-        timeout=120,
-    )
-    return probe.returncode == 0
-
-
 class AirflowEnv:
     """A migrated Airflow home with a DAGs folder; runs DAGs with ``dag.test()`` in subprocesses."""
 

@@ -15,17 +15,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import HERE, REPO, VENV_BIN, engine_available
+from conftest import HERE, REPO, VENV_BIN
 
 from airflow_conduit.recovery.decision import Restart
 from airflow_conduit.state import PipelineState, write_json_atomic
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(
-        not engine_available(), reason="the engine (airflow_conduit/engine/job.py) is not usable"
-    ),
-]
+pytestmark = pytest.mark.engine
 
 FLAKY = str(HERE / "pipelines" / "flaky.yaml")
 

@@ -16,6 +16,7 @@ from airflow_conduit.config import (
     load_pipeline_file,
     load_pipeline_text,
 )
+from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH
 
 VALID = """\
 version: "2.2"
@@ -117,7 +118,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
         "format.type": "structured",
         "format.options": {"id": "int", "kind": "string"},
         "seed": 0,
-        "maxRecordsPerBatch": 100000,
+        "maxRecordsPerBatch": DEFAULT_MAX_RECORDS_PER_BATCH,
     }
     assert out.settings == {"path": "/tmp/out", "namespace": ".*"}
     (drop,) = out.processors

@@ -1,0 +1,584 @@
+"""Each builtin processor, and custom.python, run in real pipelines on the shared SparkSession.
+
+Expected values are derived from the inputs: generated records from :class:`GeneratorSpec` (the
+generator's own pure record function, the same settings as the pipeline), file records from the lines
+written. Nacks are checked in the DLQ (``builtin:file``, ``window-size: 0``: every nack is delivered).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+from airflow_conduit.config.settings import GeneratorSettings
+from airflow_conduit.engine.connectors.generator import GeneratorSpec
+from tests.conftest import read_jsonl, text
+
+DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
+
+
+def spec_of(settings: dict[str, Any]) -> GeneratorSpec:
+    """The generator's record function for these settings, validated as the engine validates them."""
+    return GeneratorSpec.from_settings(GeneratorSettings.model_validate(settings).model_dump(by_alias=True))
+
+
+def after_of(spec: GeneratorSpec, i: int) -> dict[str, Any] | None:
+    after = spec.row(i)[7]
+    return None if after is None else json.loads(after)
+
+
+def before_of(spec: GeneratorSpec, i: int) -> dict[str, Any] | None:
+    before = spec.row(i)[5]
+    return None if before is None else json.loads(before)
+
+
+def gen(settings: dict[str, Any]) -> str:
+    """Settings as a YAML flow mapping (JSON is YAML)."""
+    return json.dumps(settings)
+
+
+def key_of(record: dict[str, Any]) -> int:
+    return int(text(record["key"]))
+
+
+def failed(dlq_record: dict[str, Any]) -> dict[str, Any]:
+    """The nacked record inside a DLQ record (Conduit wraps it as ``.Payload.After``)."""
+    return dlq_record["payload"]["after"]
+
+
+def nack_error(dlq_record: dict[str, Any]) -> tuple[str, str]:
+    meta = dlq_record["metadata"]
+    return meta["conduit.dlq.nack.error"], meta["conduit.dlq.nack.node.id"]
+
+
+def lines_with_offsets(lines: list[str]) -> tuple[str, list[int]]:
+    """File content and the byte offset of each line."""
+    offsets, at = [], 0
+    for line in lines:
+        offsets.append(at)
+        at += len(line.encode()) + 1
+    return "".join(f"{line}\n" for line in lines), offsets
+
+
+# --- field.set -----------------------------------------------------------------------------------------
+
+
+def test_field_set_metadata_nested_payload_operation_and_raw_data_nack(run_yaml, tmp_path):
+    structured = {"recordCount": 6, "collections": "orders,refunds", "seed": 4}
+    raw = {"recordCount": 2, "collections": "raw", "format.type": "raw"}
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(structured)}}}
+      - {{id: rawgen, type: source, plugin: builtin:generator, settings: {gen(raw)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: env, plugin: field.set, settings: {{field: .Metadata.env, value: prod}}}}
+      - {{id: nested, plugin: field.set, settings: {{field: .Payload.After.a.b, value: deep}}}}
+      - id: op
+        plugin: field.set
+        condition: .Metadata["opencdc.collection"] = 'refunds'
+        settings: {{field: .Operation, value: update}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    assert payload["records"]["read"] == 8
+    assert payload["records"]["nacked"] == payload["records"]["dlq"] == 2
+    assert payload["records"]["written"] == {"p:out": 6}
+
+    spec = spec_of(structured)
+    out = read_jsonl(tmp_path / "out")
+    assert sorted(key_of(r) for r in out) == list(range(6))
+    for record in out:
+        i = key_of(record)
+        assert record["metadata"]["conduit.source.connector.id"] == "p:gen"
+        assert record["metadata"]["env"] == "prod"
+        assert record["payload"]["after"] == {**after_of(spec, i), "a": {"b": "deep"}}
+        collection = record["metadata"]["opencdc.collection"]
+        assert collection == ("orders", "refunds")[i % 2]
+        assert record["operation"] == ("update" if collection == "refunds" else spec.row(i)[1])
+
+    # A nested field of raw data cannot be set: the record is nacked, naming the field and the processor.
+    dlq = read_jsonl(tmp_path / "dlq")
+    assert len(dlq) == 2
+    for record in dlq:
+        error, node = nack_error(record)
+        assert ".Payload.After.a.b" in error and "raw" in error
+        assert node == "p:nested"
+        original = failed(record)
+        assert original["metadata"]["conduit.source.connector.id"] == "p:rawgen"
+        assert original["metadata"]["env"] == "prod"  # the processor before it did run
+        assert isinstance(original["payload"]["after"], str)  # still raw (base64)
+        assert original["operation"] == "create"  # processors after the nack did not run
+    assert sorted(int(text(failed(r)["key"])) for r in dlq) == [0, 1]
+
+
+# --- field.rename / field.exclude ----------------------------------------------------------------------
+
+
+def test_field_rename_metadata_and_payload(run_yaml, tmp_path):
+    settings = {"recordCount": 12, "collections": "orders", "operations": "create,delete", "seed": 2}
+    spec = spec_of(settings)
+    operations = {spec.row(i)[1] for i in range(12)}
+    assert operations == {"create", "delete"}, "precondition: both kinds of record are generated"
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: tag, plugin: field.set, settings: {{field: '.Metadata["tag,v1"]', value: "yes"}}}}
+      - id: rename
+        plugin: field.rename
+        settings:
+          # A `,` inside ["..."] is part of the key, not a separator.
+          mapping: .Metadata["opencdc.collection"]:table,.Payload.After.name:full_name,.Payload.After.nested.x:y,.Metadata["tag,v1"]:tag
+""")
+    assert payload["exit_code"] == 0, payload
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == list(range(12))
+    for record in out:
+        i = key_of(record)
+        assert record["metadata"]["table"] == "orders"
+        assert record["metadata"]["tag"] == "yes"
+        assert "opencdc.collection" not in record["metadata"]
+        assert "tag,v1" not in record["metadata"]
+        assert record["operation"] == spec.row(i)[1]
+        expected = after_of(spec, i)
+        if expected is None:
+            # A delete has no .Payload.After: renaming a field in it leaves it null.
+            assert record["payload"]["after"] is None
+            assert record["payload"]["before"] == before_of(spec, i)  # .Before is not renamed
+        else:
+            expected["full_name"] = expected.pop("name")
+            # `.Payload.After.nested.x` does not exist: renaming it creates nothing.
+            assert record["payload"]["after"] == expected
+
+
+def test_field_exclude_metadata_payload_field_and_several_fields(run_yaml, tmp_path):
+    settings = {
+        "recordCount": 8,
+        "collections": "users",
+        "operations": "create,update",
+        "format.options.id": "int",
+        "format.options.name": "string",
+        "format.options.secret": "string",
+    }
+    spec = spec_of(settings)
+    assert any(spec.row(i)[1] == "update" for i in range(8)), "precondition: some records have .Before"
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+      - id: bare
+        type: destination
+        plugin: builtin:file
+        settings: {{path: "{{tmp}}/bare"}}
+        processors:
+          - {{id: all-metadata, plugin: field.exclude, settings: {{fields: .Metadata}}}}
+    processors:
+      - {{id: one, plugin: field.exclude, settings: {{fields: '.Metadata["opencdc.readAt"]'}}}}
+      - id: several
+        plugin: field.exclude
+        settings:
+          fields: .Payload.After.secret, .Payload.Before, .Metadata["conduit.source.connector.id"], .Payload.After.no.such
+""")
+    assert payload["exit_code"] == 0, payload
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == list(range(8))
+    for record in out:
+        i = key_of(record)
+        expected = after_of(spec, i)
+        del expected["secret"]
+        assert record["metadata"] == {"opencdc.collection": "users"}
+        assert record["payload"] == {"before": None, "after": expected}
+    # `.Metadata` itself: every key is removed.
+    bare = read_jsonl(tmp_path / "bare")
+    assert [key_of(r) for r in bare] == list(range(8))
+    assert all(r["metadata"] == {} for r in bare)
+    assert [r["payload"] for r in bare] == [r["payload"] for r in out]
+
+
+# --- json.decode / field.convert / json.encode ---------------------------------------------------------
+
+
+def test_json_decode_and_field_convert_with_nacks(run_yaml, tmp_path):
+    lines = [
+        '{"id": 1, "qty": "12", "note": "ok"}',
+        '{"id": 2, "qty": "x7"}',
+        "not json {",
+        '{"id": 4, "qty": "-3", "tags": ["a", "b"]}',
+    ]
+    content, offsets = lines_with_offsets(lines)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "orders.jsonl").write_text(content)
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: src, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: convert, plugin: field.convert, settings: {{field: .Payload.After.qty, type: int}}}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    assert payload["records"]["read"] == 4
+    assert payload["records"]["nacked"] == payload["records"]["dlq"] == 2
+
+    out = read_jsonl(tmp_path / "out")
+    decoded = [json.loads(lines[i]) for i in (0, 3)]
+    for doc in decoded:
+        doc["qty"] = int(doc["qty"])
+    assert [r["payload"]["after"] for r in out] == decoded
+    assert [text(r["position"]) for r in out] == [f"orders.jsonl:{offsets[i]}" for i in (0, 3)]
+
+    dlq = read_jsonl(tmp_path / "dlq")
+    assert [text(r["position"]) for r in dlq] == [f"orders.jsonl:{offsets[i]}" for i in (1, 2)]
+    convert_error, convert_node = nack_error(dlq[0])
+    assert convert_node == "p:convert"
+    assert ".Payload.After.qty" in convert_error and "int" in convert_error
+    assert failed(dlq[0])["payload"]["after"] == json.loads(lines[1])  # decoded, not converted
+    decode_error, decode_node = nack_error(dlq[1])
+    assert decode_node == "p:decode"
+    assert "not valid JSON" in decode_error
+    assert text(failed(dlq[1])["payload"]["after"]) == lines[2]  # still the raw line
+
+
+def test_json_encode_structured_payload_to_raw_json(run_yaml, tmp_path):
+    settings = {"recordCount": 5, "format.options.id": "int", "format.options.ok": "bool", "seed": 9}
+    spec = spec_of(settings)
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: encode, plugin: json.encode, settings: {{field: .Payload.After}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == list(range(5))
+    for record in out:
+        raw = record["payload"]["after"]
+        assert isinstance(raw, str)  # raw data is base64 in OpenCDC JSON
+        assert json.loads(base64.b64decode(raw)) == after_of(spec, key_of(record))
+
+
+# --- filter / error, with conditions --------------------------------------------------------------------
+
+
+def test_filter_and_error_with_metadata_and_payload_conditions(run_yaml, tmp_path):
+    settings = {"recordCount": 30, "collections": "a,b,c", "maxRecordsPerBatch": 10, "seed": 5}
+    spec = spec_of(settings)
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - id: drop-b
+        plugin: filter
+        condition: .Metadata["opencdc.collection"] = 'b'
+      - id: odd
+        plugin: error
+        condition: CAST(.Payload.After.id AS BIGINT) % 2 = 1
+        settings: {{message: odd id}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    filtered = [i for i in range(30) if i % 3 == 1]
+    odd = [i for i in range(30) if i % 3 != 1 and after_of(spec, i)["id"] % 2 == 1]
+    kept = [i for i in range(30) if i not in filtered and i not in odd]
+    assert odd and kept, "precondition: the seed yields both odd and even ids"
+    assert payload["records"] == {
+        "read": 30,
+        "acked": 30 - len(odd),  # a filtered record counts as acked
+        "filtered": len(filtered),
+        "nacked": len(odd),
+        "dlq": len(odd),
+        "written": {"p:out": len(kept)},
+    }
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == kept
+    dlq = read_jsonl(tmp_path / "dlq")
+    assert [int(text(failed(r)["key"])) for r in dlq] == odd
+    assert {nack_error(r) for r in dlq} == {("odd id", "p:odd")}
+
+
+# --- custom.python ---------------------------------------------------------------------------------------
+
+
+def write_module(directory: Path, name: str, source: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.py").write_text(source)
+    return directory
+
+
+UDF_TRANSFORM = """
+def transform(record):
+    i = int(record["key"])  # raw data arrives as bytes
+    after = record["payload"]["after"]
+    if i % 3 == 0:
+        return None
+    if i % 3 == 1:
+        raise ValueError(f"record {i} is no good")
+    after["name"] = after["name"].upper()
+    record["metadata"]["types"] = f"{type(record['key']).__name__},{type(after).__name__}"
+    return record
+"""
+
+
+def test_custom_python_transform_filter_and_nack(run_yaml, tmp_path):
+    module_dir = write_module(tmp_path / "udf", "udf_transform", UDF_TRANSFORM)
+    settings = {"recordCount": 12, "collections": "orders,other", "seed": 1}
+    spec = spec_of(settings)
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - id: py
+        plugin: custom.python
+        condition: .Metadata["opencdc.collection"] = 'orders'
+        settings: {{function: "udf_transform:transform", path: "{module_dir}"}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    active = [i for i in range(12) if i % 2 == 0]  # the condition: collection orders
+    dropped = [i for i in active if i % 3 == 0]
+    bad = [i for i in active if i % 3 == 1]
+    assert payload["records"]["filtered"] == len(dropped)
+    assert payload["records"]["nacked"] == payload["records"]["dlq"] == len(bad)
+
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == [i for i in range(12) if i not in dropped and i not in bad]
+    for record in out:
+        i = key_of(record)
+        expected = after_of(spec, i)
+        if i in active:
+            expected["name"] = expected["name"].upper()
+            assert record["metadata"]["types"] == "bytes,dict"
+        else:
+            assert "types" not in record["metadata"]  # the condition was false: untouched
+        assert record["payload"]["after"] == expected
+
+    dlq = read_jsonl(tmp_path / "dlq")
+    assert [int(text(failed(r)["key"])) for r in dlq] == bad
+    assert [nack_error(r) for r in dlq] == [(f"ValueError: record {i} is no good", "p:py") for i in bad]
+
+
+UDF_TRANSIENT = """
+import os
+from airflow_conduit.errors import TransientError
+
+FLAG = {flag!r}
+
+def call(record):
+    if int(record["key"]) == 6 and os.path.exists(FLAG):
+        raise TransientError("the lookup service is down")
+    return record
+"""
+
+
+def test_custom_python_transient_error_stops_and_restart_retries(run_yaml, tmp_path):
+    flag = tmp_path / "service-down"
+    flag.touch()
+    module_dir = write_module(tmp_path / "udf", "udf_transient", UDF_TRANSIENT.format(flag=str(flag)))
+    settings = {"recordCount": 10, "maxRecordsPerBatch": 4}
+    pipeline = f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: py, plugin: custom.python, settings: {{function: "udf_transient:call", path: "{module_dir}"}}}}
+    {DLQ}
+"""
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 75, payload
+    assert payload["status"] == "failed"
+    error = payload["error"]
+    assert error["kind"] == "transient"
+    assert error["node"] == "p:py"
+    assert "the lookup service is down" in error["message"]
+    assert payload["records"]["nacked"] == 0  # not nacked: nothing in the DLQ
+    assert not list((tmp_path / "dlq").glob("*.jsonl"))
+    # The batch before it was delivered; nothing of the failing batch (records 4-7) was.
+    assert [key_of(r) for r in read_jsonl(tmp_path / "out")] == [0, 1, 2, 3]
+
+    flag.unlink()  # the service is back: a restart retries the record
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 0, payload
+    assert [key_of(r) for r in read_jsonl(tmp_path / "out")] == list(range(10))
+
+
+UDF_FATAL = """
+from airflow_conduit.errors import FatalError
+
+def call(record):
+    if int(record["key"]) == 6:
+        raise FatalError("schema violation, cannot continue")
+    return record
+"""
+
+
+def test_custom_python_fatal_error_degrades_and_writes_nothing_of_the_batch(run_yaml, tmp_path):
+    module_dir = write_module(tmp_path / "udf", "udf_fatal", UDF_FATAL)
+    settings = {"recordCount": 10, "maxRecordsPerBatch": 4}
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: py, plugin: custom.python, settings: {{function: "udf_fatal:call", path: "{module_dir}"}}}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 1, payload
+    assert payload["status"] == "degraded"
+    assert payload["error"]["kind"] == "fatal"
+    assert payload["error"]["node"] == "p:py"
+    assert "schema violation" in payload["error"]["message"]
+    # Records 4 and 5 were fine but belong to the failing batch: none of it is written.
+    assert [key_of(r) for r in read_jsonl(tmp_path / "out")] == [0, 1, 2, 3]
+    assert payload["records"]["written"] == {"p:out": 4}
+    assert not list((tmp_path / "out").glob("_tmp-*"))
+
+
+# --- where processors attach -----------------------------------------------------------------------------
+
+
+def test_source_and_destination_level_processors(run_yaml, tmp_path):
+    first = {"recordCount": 6, "collections": "orders,refunds"}
+    second = {"recordCount": 4, "collections": "orders,refunds", "seed": 7}
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - id: g1
+        type: source
+        plugin: builtin:generator
+        settings: {gen(first)}
+        processors:
+          - {{id: tag-source, plugin: field.set, settings: {{field: .Metadata.stage, value: from-g1}}}}
+      - {{id: g2, type: source, plugin: builtin:generator, settings: {gen(second)}}}
+      - id: refunds-hidden
+        type: destination
+        plugin: builtin:file
+        settings: {{path: "{{tmp}}/d1"}}
+        processors:
+          - {{id: tag-dest, plugin: field.set, settings: {{field: .Metadata.dest, value: d1}}}}
+          - id: no-refunds
+            plugin: filter
+            condition: .Metadata["opencdc.collection"] = 'refunds'
+      - {{id: everything, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/d2"}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+
+    def ids(records):
+        return sorted((r["metadata"]["conduit.source.connector.id"], key_of(r)) for r in records)
+
+    every = [("p:g1", i) for i in range(6)] + [("p:g2", i) for i in range(4)]
+    d1, d2 = read_jsonl(tmp_path / "d1"), read_jsonl(tmp_path / "d2")
+    assert ids(d2) == sorted(every)
+    assert ids(d1) == sorted((s, i) for s, i in every if i % 2 == 0)  # collection orders
+    assert payload["records"]["written"] == {"p:refunds-hidden": len(d1), "p:everything": len(d2)}
+    for record in d1 + d2:
+        # The source-level processor ran on g1's records only, before the fan-in.
+        from_g1 = record["metadata"]["conduit.source.connector.id"] == "p:g1"
+        assert record["metadata"].get("stage") == ("from-g1" if from_g1 else None)
+    # The destination-level processors changed only what that destination got.
+    assert {r["metadata"].get("dest") for r in d1} == {"d1"}
+    assert {r["metadata"].get("dest") for r in d2} == {None}
+
+
+# --- plan size ---------------------------------------------------------------------------------------------
+
+
+def test_processor_chain_plan_grows_linearly_under_state_filters(spark, tmp_path):
+    """The engine filters on ``_state`` above the processors (open records per destination, nacked ones
+    for the DLQ). Spark pushes such a filter through projections, inlining their expressions; each
+    processor's columns name the previous ones several times, so without a barrier the plan grew several
+    times per processor: eight processors that can nack ran the driver out of memory."""
+    from pyspark.sql import functions as F
+
+    from airflow_conduit.config import load_pipeline_text
+    from airflow_conduit.engine.processors import apply_all
+
+    loaded = load_pipeline_text(
+        """
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {id: src, type: source, plugin: builtin:file, settings: {path: /nonexistent}}
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: /nonexistent-out}}
+    processors:
+      - {id: c1, plugin: field.convert, settings: {field: .Payload.After.n, type: int}}
+      - {id: c2, plugin: field.convert, settings: {field: .Payload.After.f, type: float}}
+      - {id: c3, plugin: field.convert, settings: {field: .Payload.After.b, type: bool}}
+      - {id: d1, plugin: json.decode, settings: {field: .Payload.After.doc}}
+      - {id: s1, plugin: field.set, settings: {field: .Payload.After.x, value: v}}
+""",
+        str(tmp_path / "p.yaml"),
+    )
+    processors = loaded.pipelines[0].processors
+    # A batch as the engine sees it (not an empty relation, which the optimizer would fold away).
+    batch = (
+        spark.range(3)
+        .selectExpr(
+            "cast(cast(id as string) as binary) AS position",
+            "'create' AS operation",
+            "map('k', cast(id as string)) AS metadata",
+            "cast(NULL AS variant) AS key",
+            "cast(cast(id as string) as binary) AS key_raw",
+            "cast(NULL AS variant) AS before",
+            "cast(NULL AS binary) AS before_raw",
+            """parse_json('{"n": "' || id || '", "f": "1.5", "b": "true", "doc": "[1]"}') AS after""",
+            "cast(NULL AS binary) AS after_raw",
+            "0 AS _src",
+            "'open' AS _state",
+            "cast(NULL AS string) AS _error",
+            "cast(NULL AS string) AS _node",
+        )
+        .withColumn("_seq", F.monotonically_increasing_id())
+    )
+
+    def plan_size(count: int) -> int:
+        nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
+        return len(nacked._jdf.queryExecution().optimizedPlan().toString())
+
+    one, five = plan_size(1), plan_size(5)
+    assert five < 2 * 5 * one, (one, five)
+    # And the chain computes what it should: every record passes every processor.
+    rows = (
+        apply_all(batch, processors).orderBy("_seq").selectExpr("_state", "to_json(after) AS after").collect()
+    )
+    assert [r._state for r in rows] == ["open"] * 3
+    assert [json.loads(r.after) for r in rows] == [
+        {"n": i, "f": 1.5, "b": True, "doc": [1], "x": "v"} for i in range(3)
+    ]
