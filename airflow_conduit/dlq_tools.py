@@ -187,11 +187,22 @@ def summarize(entries: Iterable[DLQEntry], *, max_codes: int = 20) -> dict[str, 
             nodes.append(entry.node)
     return {
         "records": len(entries),
-        "first_position": entries[0].position if entries else None,
-        "last_position": entries[-1].position if entries else None,
+        "first_position": position_text(entries[0].position) if entries else None,
+        "last_position": position_text(entries[-1].position) if entries else None,
         "error_codes": codes,
         "nodes": nodes,
     }
+
+
+def position_text(position: str | None) -> str | None:
+    """A stored (base64) position as text, as the exit payload and ``airflow-conduit dlq`` show it;
+    unchanged when it is not base64 of UTF-8 text."""
+    if position is None:
+        return None
+    try:
+        return base64.b64decode(position, validate=True).decode()
+    except (ValueError, UnicodeDecodeError):
+        return position
 
 
 def _short(message: str | None, limit: int = 120) -> str | None:
