@@ -30,6 +30,7 @@ class Code:
     SPARK_FAILED = "spark_failed"
     STOP_TIMEOUT = "stop_timeout"
     INTERRUPTED = "interrupted"
+    CANNOT_RECOVER = "cannot_recover"  # max-retries used up inside max-retries-window
 
 
 class ConduitError(Exception):

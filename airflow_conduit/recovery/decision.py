@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from airflow_conduit.errors import Code
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
 
-CANNOT_RECOVER = "cannot_recover"
+CANNOT_RECOVER = Code.CANNOT_RECOVER
 """Error code of a pipeline degraded because recovery gave up (Conduit's ErrPipelineCannotRecover)."""
 
 
