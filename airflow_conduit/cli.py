@@ -226,6 +226,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "counters": status.get("counters") or exit_payload.get("records"),
                 "error": status.get("error"),
                 "recovery": status.get("recovery"),
+                "attempt": status.get("attempt"),
+                "next_start_at": status.get("next_start_at"),
                 "last_events": state.read_audit()[-5:],
             }
         )
@@ -244,9 +246,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     for entry in report:
         counters = entry["counters"] or {}
         error = entry["error"] or {}
+        status_text = entry["status"]
+        if status_text == "recovering" and entry["next_start_at"]:
+            status_text += f" (attempt {entry['attempt']}, next start {entry['next_start_at']})"
         table.add_row(
             entry["pipeline"],
-            entry["status"],
+            status_text,
             str(counters.get("read", "")),
             str(counters.get("acked", "")),
             str(counters.get("nacked", "")),
