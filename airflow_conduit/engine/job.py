@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
@@ -169,7 +168,7 @@ class PipelineRun:
                     self.request_stop()  # asked through the state dir, e.g. by `airflow-conduit stop`
                 if self._stop_asked_at is not None:
                     self._stop_when_idle(query)
-        except PySparkException as failure:
+        except Exception as failure:  # a Spark or Py4J failure: the exit payload is still written
             if self.error is None:
                 self.error = classify_failure(failure)
         except KeyboardInterrupt:
