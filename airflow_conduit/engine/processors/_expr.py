@@ -56,6 +56,12 @@ def update_parent(variant_sql: str, segments: tuple[str, ...], change_map: str) 
     return set_path(variant_sql, parent, changed)
 
 
+def where_field_exists(ref: FieldRef, changed: str) -> str:
+    """``changed`` only where the field exists: a missing field (or raw data, which has no fields) is
+    left alone, so its parents are not created and a null payload does not become an empty object."""
+    return f"CASE WHEN {get_path(ref.root, ref.path)} IS NULL THEN {ref.root} ELSE {changed} END"
+
+
 def active_sql(proc: ProcessorConfig) -> str:
     if proc.condition:
         return f"_state = 'open' AND coalesce(({proc.condition}), false)"

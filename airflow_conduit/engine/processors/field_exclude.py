@@ -9,10 +9,10 @@ from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._expr import (
     EMPTY_METADATA,
     apply_changes,
-    get_path,
     sql_str,
     unsupported,
     update_parent,
+    where_field_exists,
 )
 
 
@@ -37,12 +37,7 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
         elif ref.root in ("key", "before", "after"):
             leaf = sql_str(ref.path[-1])
             changed = update_parent(ref.root, ref.path, f"map_filter({{m}}, (k, v) -> k != {leaf})")
-            # Excluding a missing field, or a field of raw data (there is no field to remove), is a no-op:
-            # it must not create the field's parents, nor turn a null payload into an empty object.
-            current = get_path(ref.root, ref.path)
-            records = apply_changes(
-                records, proc, {ref.root: f"CASE WHEN {current} IS NULL THEN {ref.root} ELSE {changed} END"}
-            )
+            records = apply_changes(records, proc, {ref.root: where_field_exists(ref, changed)})
         else:
             raise unsupported(proc, ref)
     return records

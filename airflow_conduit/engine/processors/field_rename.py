@@ -8,10 +8,10 @@ from airflow_conduit.config.fieldref import parse_field_ref, parse_rename_mappin
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._expr import (
     apply_changes,
-    get_path,
     sql_str,
     unsupported,
     update_parent,
+    where_field_exists,
 )
 
 
@@ -45,12 +45,7 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
             )
         elif ref.root in ("key", "before", "after") and ref.path:
             changed = update_parent(ref.root, ref.path, rename_keys("{m}", ref.path[-1], new_name))
-            # Only where the field exists: renaming a missing one must not create its parents (nor turn
-            # a null payload, as in a delete's .Payload.After, into an empty object).
-            current = get_path(ref.root, ref.path)
-            records = apply_changes(
-                records, proc, {ref.root: f"CASE WHEN {current} IS NULL THEN {ref.root} ELSE {changed} END"}
-            )
+            records = apply_changes(records, proc, {ref.root: where_field_exists(ref, changed)})
         else:
             raise unsupported(proc, ref)
     return records
