@@ -7,6 +7,7 @@ Also the entry point for ``spark-submit``: ``spark-submit .../airflow_conduit/en
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -228,11 +229,10 @@ class PipelineRun:
 def classify_failure(failure: Exception) -> PipelineError:
     """A Spark failure that no processor classified: transient, as in Conduit (a source or destination
     unreachable, a task lost, ...)."""
-    message = str(failure).strip().splitlines()[0] if str(failure).strip() else type(failure).__name__
-    lowered = str(failure)
-    code = Code.SPARK_FAILED
-    if "conduit_file" in lowered or "conduit_generator" in lowered:
-        code = Code.SOURCE_FAILED
+    text = str(failure).strip()
+    message = text.splitlines()[0] if text else type(failure).__name__
+    # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
+    code = Code.SOURCE_FAILED if re.search(r"\bconduit_(file|generator)\b", text) else Code.SPARK_FAILED
     return PipelineError("transient", code, message[:2000], None)
 
 
