@@ -185,36 +185,31 @@ class FieldExcludeSettings(_Settings):
         return value
 
 
-class FieldConvertSettings(_Settings):
+class _FieldSettings(_Settings):
+    """A processor acting on one field, which may be anything but ``.Position``."""
+
     field: str
-    type: Literal["string", "int", "float", "bool"]
 
     @field_validator("field")
     @classmethod
     def _check_field(cls, value: str) -> str:
         _check_ref(value, forbid=("position",))
         return value.strip()
+
+
+class FieldConvertSettings(_FieldSettings):
+    type: Literal["string", "int", "float", "bool"]
 
 
 class FilterSettings(_Settings):
     pass
 
 
-class _JsonSettings(_Settings):
-    field: str
-
-    @field_validator("field")
-    @classmethod
-    def _check_field(cls, value: str) -> str:
-        _check_ref(value, forbid=("position",))
-        return value.strip()
-
-
-class JsonDecodeSettings(_JsonSettings):
+class JsonDecodeSettings(_FieldSettings):
     pass
 
 
-class JsonEncodeSettings(_JsonSettings):
+class JsonEncodeSettings(_FieldSettings):
     pass
 
 
