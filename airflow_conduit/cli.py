@@ -262,51 +262,34 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_STOPPED
 
 
-def read_dlq_records(state: PipelineState) -> list[dict[str, Any]]:
-    """Every record in a pipeline's DLQ store, oldest first."""
-    records = []
-    if state.dlq_dir.is_dir():
-        for path in sorted(state.dlq_dir.glob("*.jsonl")):
-            records += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return records
-
-
 def cmd_dlq(args: argparse.Namespace) -> int:
     state = PipelineState.of(args.state_dir, args.pipeline)
     if not state.root.is_dir():
         print(f"no pipeline {args.pipeline!r} in {args.state_dir}", file=sys.stderr)
         return EXIT_CONFIG
-    records = read_dlq_records(state)
+    from airflow_conduit.dlq_tools import position_text, read_dlq
+
+    entries = read_dlq(state.dlq_dir)
     if args.json:
-        for record in records:
-            print(json.dumps(record))
+        for entry in entries:
+            print(json.dumps(entry.dlq_record))
         return EXIT_STOPPED
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"DLQ of {args.pipeline}: {len(records)} records ({state.dlq_dir})")
+    table = Table(title=f"DLQ of {args.pipeline}: {len(entries)} records ({state.dlq_dir})")
     for column in ("position", "node", "error", "record"):
         table.add_column(column, overflow="fold")
-    for record in records:
-        metadata = record.get("metadata") or {}
-        failed = (record.get("payload") or {}).get("after") or {}
+    for entry in entries:
+        failed = entry.record or {}
         table.add_row(
-            _decode_position(record.get("position")),
-            metadata.get("conduit.dlq.nack.node.id", ""),
-            metadata.get("conduit.dlq.nack.error", ""),
+            position_text(entry.position) or "",
+            entry.node or "",
+            entry.error or "",
             json.dumps((failed.get("payload") or {}).get("after"))[:200],
         )
     Console(highlight=False).print(table)
     return EXIT_STOPPED
-
-
-def _decode_position(value: Any) -> str:
-    import base64
-
-    try:
-        return base64.b64decode(value).decode()
-    except Exception:
-        return str(value)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -25,10 +25,10 @@ from pydantic import (
     model_validator,
 )
 
+from ..record import OPERATIONS
 from .fieldref import FieldRef, parse_field_list, parse_field_ref, parse_rename_mapping
 
 PluginKind = Literal["source", "destination", "processor"]
-OPERATIONS = ("create", "update", "delete", "snapshot")
 # Backpressure: the most records a source puts in one micro-batch (memory stays flat whatever the
 # backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
 DEFAULT_MAX_RECORDS_PER_BATCH = 250_000

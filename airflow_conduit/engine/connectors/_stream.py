@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows
 
 from airflow_conduit.record import SOURCE_SCHEMA
 
@@ -47,19 +46,22 @@ def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, st
     return {"conduit": json.dumps(conf)}
 
 
-def parse_options(options: dict[str, str]) -> tuple[dict[str, Any], str, str]:
+@dataclass(frozen=True)
+class SourceOptions:
+    """What a stream reader gets back from :func:`source_options` on the Python worker."""
+
+    settings: dict[str, Any]
+    stop_file: str
+    parallelism: int
+
+
+def parse_options(options: dict[str, str]) -> SourceOptions:
     conf = json.loads(options["conduit"])
-    return conf["settings"], conf["stop_file"], conf["node"]
+    return SourceOptions(conf["settings"], conf["stop_file"], int(conf["parallelism"]))
 
 
 def stop_requested(stop_file: str) -> bool:
     return bool(stop_file) and os.path.exists(stop_file)
-
-
-def max_rows(limit: ReadLimit | None, default: int) -> int:
-    if isinstance(limit, ReadMaxRows):
-        return limit.max_rows
-    return default
 
 
 def read_python_source(

@@ -12,7 +12,6 @@ delivery order. They are written under ``_tmp-BATCH/`` first and renamed into pl
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -113,8 +112,8 @@ class _FileRange(InputPartition):
 
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        settings, self.stop_file, self.node = parse_options(options)
-        self.parallelism = int(json.loads(options["conduit"]).get("parallelism", 2))
+        parsed = parse_options(options)
+        settings, self.stop_file, self.parallelism = parsed.settings, parsed.stop_file, parsed.parallelism
         self.path = str(settings["path"])
         self.max_records = int(settings["maxRecordsPerBatch"])
         self._target: dict[str, int] | None = None  # file sizes when an AvailableNow run began

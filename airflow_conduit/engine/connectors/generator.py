@@ -114,8 +114,9 @@ class _Range(InputPartition):
 
 class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        settings, self.stop_file, self.node = parse_options(options)
-        self.spec = GeneratorSpec.from_settings(settings)
+        parsed = parse_options(options)
+        self.stop_file = parsed.stop_file
+        self.spec = GeneratorSpec.from_settings(parsed.settings)
         self._clock_start: tuple[float, int] | None = None  # (time, records) when first asked
         self._available_now = False
         self._target: int | None = None
