@@ -39,6 +39,13 @@ SOURCE_SCHEMA = (
     "after_json string, after_raw binary"
 )
 
+INTERNAL_SCHEMA = "_src int, _seq bigint, _state string, _error string, _node string"
+# A record inside the engine: structured values as VARIANT.
+RECORD_SCHEMA = (
+    "position binary, operation string, metadata map<string,string>, key variant, key_raw binary, "
+    f"before variant, before_raw binary, after variant, after_raw binary, {INTERNAL_SCHEMA}"
+)
+
 STATE_OPEN = "open"
 STATE_FILTERED = "filtered"
 STATE_NACKED = "nacked"

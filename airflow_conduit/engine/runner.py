@@ -15,15 +15,10 @@ from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOpt
 from airflow_conduit.engine.processors import PROCESSORS
 from airflow_conduit.engine.session import get_session
 from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
+from airflow_conduit.record import RECORD_SCHEMA
 from airflow_conduit.state import PipelineState, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
-
-RECORD_SCHEMA = (
-    "position binary, operation string, metadata map<string,string>, key variant, key_raw binary, "
-    "before variant, before_raw binary, after variant, after_raw binary, "
-    "_src int, _seq bigint, _state string, _error string, _node string"
-)
 
 
 @dataclass(frozen=True)

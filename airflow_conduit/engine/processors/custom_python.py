@@ -24,17 +24,15 @@ from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
     DATA_FIELDS,
     INTERNAL_COLUMNS,
+    INTERNAL_SCHEMA,
     RECORD_COLUMNS,
+    SOURCE_SCHEMA,
     STATE_FILTERED,
     STATE_NACKED,
 )
 
-ARROW_SCHEMA = (
-    "position binary, operation string, metadata map<string,string>, "
-    "key_json string, key_raw binary, before_json string, before_raw binary, "
-    "after_json string, after_raw binary, "
-    "_src int, _seq bigint, _state string, _error string, _node string, _active boolean"
-)
+# Structured values cross to Python as JSON text, as sources yield them.
+ARROW_SCHEMA = f"{SOURCE_SCHEMA}, {INTERNAL_SCHEMA}, _active boolean"
 
 
 def load_function(reference: str, path: str | None) -> Callable[[dict[str, Any]], Any]:
