@@ -33,6 +33,10 @@ class Delivery:
     batch_id: int
     generation: str
     """Names the checkpoint (its creation time): batch ids restart with a new checkpoint."""
+    hash: str = ""
+    """The delivery hash: pipeline id, destination id and the batch's source offsets from Spark's offset
+    log, hashed (:mod:`airflow_conduit.engine.delivery`). The same on every replay of the batch: a
+    destination that stores it with its data can tell that it already holds a replayed batch."""
 
 
 def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, str]:
