@@ -368,6 +368,7 @@ class _Validator:
         spec = self.plugin(plugin, connector_type if type_ok else None, ("source", "destination"), node, path)
         raw = self.raw_settings(node, path)
         settings = self.settings(spec, raw) if spec else None
+        self.check_function(plugin, settings, raw)
         node_id = f"{pipeline_id}:{connector_id}"
         processors = self.processors(node, path, node_id, {}, is_v1)
         return ConnectorConfig(
@@ -419,6 +420,19 @@ class _Validator:
             out.append(self.processor(p_node, p_path, p_line, processor_id, f"{parent_id}:{processor_id}"))
         return tuple(out)
 
+    def check_function(self, plugin: str, settings: dict[str, Any] | None, raw: Any) -> None:
+        """``custom.python`` (processor or destination): the function must import as the engine will."""
+        if settings is None or plugin != "custom.python":
+            return
+        problem = check_python_function(settings["function"], settings["path"])
+        if problem:
+            _flat, lines, settings_path, settings_line = raw
+            self.issue(
+                _join(settings_path, "function"),
+                lines.get("function", settings_line),
+                f"cannot import {settings['function']!r}: {problem}",
+            )
+
     def processor(
         self, node: _LineMap, path: str, line: int, processor_id: str, node_id: str
     ) -> ProcessorConfig:
@@ -429,15 +443,7 @@ class _Validator:
         spec = self.plugin(plugin, "processor", ("processor",), node, path, key)
         raw = self.raw_settings(node, path)
         settings = self.settings(spec, raw) if spec else None
-        if settings is not None and plugin == "custom.python":
-            problem = check_python_function(settings["function"], settings["path"])
-            if problem:
-                flat, lines, settings_path, settings_line = raw
-                self.issue(
-                    _join(settings_path, "function"),
-                    lines.get("function", settings_line),
-                    f"cannot import {settings['function']!r}: {problem}",
-                )
+        self.check_function(plugin, settings, raw)
         source = self.get_str(node, "condition", path)
         condition = None
         if source is not None and source.strip():

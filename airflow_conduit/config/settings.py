@@ -138,6 +138,68 @@ class LogDestinationSettings(_DestinationSettings):
     message: str = ""
 
 
+_POSTGRES_URL = re.compile(r"postgres(?:ql)?://\S+")
+
+
+def _check_postgres_url(value: str) -> str:
+    value = value.strip()
+    if not _POSTGRES_URL.fullmatch(value):
+        # The value may hold a password: never echo it.
+        raise ValueError("must be a URL like postgresql://user:password@host:5432/database")
+    return value
+
+
+class PostgresSourceSettings(_Settings):
+    """Conduit's postgres source: snapshot of ``tables``, then CDC (logical replication or long polling)."""
+
+    url: RequiredStr
+    tables: RequiredStr
+    """Comma-separated table names (``table`` is accepted as in Conduit's older releases)."""
+    key: str = ""
+    """The column that orders the snapshot (default: each table's primary key)."""
+    snapshot_mode: Literal["initial", "never"] = Field("initial", alias="snapshotMode")
+    cdc_mode: Literal["auto", "logrepl", "long_polling"] = Field("auto", alias="cdcMode")
+    slot_name: str = Field("conduitslot", alias="logrepl.slotName", pattern=r"^[a-z0-9_]{1,63}$")
+    ordering_column: str = Field("", alias="orderingColumn")
+    """``long_polling``: an increasing column; records with a greater value are read next."""
+    poll_interval: float = Field(1.0, gt=0, alias="pollingPeriod")
+    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _check_postgres_url(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _table_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "table" in data and "tables" not in data:
+            data = dict(data)
+            data["tables"] = data.pop("table")
+        return data
+
+    @model_validator(mode="after")
+    def _check_long_polling(self) -> PostgresSourceSettings:
+        if self.cdc_mode == "long_polling" and not self.ordering_column:
+            raise ValueError("cdcMode long_polling needs orderingColumn (an increasing column)")
+        return self
+
+
+class PostgresDestinationSettings(_DestinationSettings):
+    """Conduit's postgres destination; exactly once through a delivery marker in the same transaction."""
+
+    url: RequiredStr
+    table: str = ""
+    """Target table; empty: the record's ``opencdc.collection``."""
+    key: str = ""
+    """Key column: upsert on it when set (and delete by it), insert otherwise."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _check_postgres_url(value)
+
+
 # --- processors ----------------------------------------------------------------------------------------
 
 
@@ -243,6 +305,10 @@ class CustomPythonSettings(_Settings):
         return str((base / Path(value).expanduser()).resolve())
 
 
+class PythonDestinationSettings(CustomPythonSettings, _DestinationSettings):
+    """``custom.python`` as a destination: ``function(records, delivery_hash)`` per micro-batch."""
+
+
 def check_python_function(function: str, path: str | None) -> str | None:
     """Import ``module:callable`` as the engine will; returns a problem description or ``None``."""
     module_name, _, attr_path = function.partition(":")
@@ -285,6 +351,9 @@ PLUGINS: dict[str, dict[PluginKind, PluginSpec]] = _specs(
     PluginSpec("builtin:file", "source", FileSourceSettings),
     PluginSpec("builtin:file", "destination", FileDestinationSettings),
     PluginSpec("builtin:log", "destination", LogDestinationSettings),
+    PluginSpec("builtin:postgres", "source", PostgresSourceSettings),
+    PluginSpec("builtin:postgres", "destination", PostgresDestinationSettings),
+    PluginSpec("custom.python", "destination", PythonDestinationSettings),
     PluginSpec("field.set", "processor", FieldSetSettings),
     PluginSpec("field.rename", "processor", FieldRenameSettings),
     PluginSpec("field.exclude", "processor", FieldExcludeSettings),

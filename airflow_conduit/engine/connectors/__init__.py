@@ -46,6 +46,7 @@ def never_delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
     """For destinations that keep no marker (at least once): every replay writes again."""
     return False
 
+
 SOURCES: dict[str, ReadStream] = {
     "builtin:generator": generator.read_stream,
     "builtin:file": file.read_stream,
