@@ -21,6 +21,7 @@ from pyspark.sql.streaming import StreamingQuery
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.connectors import SOURCES, SourceContext
+from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
 from airflow_conduit.record import (
@@ -91,6 +92,7 @@ class PipelineRun:
         self.options = options or RunOptions()
         self.on_batch = on_batch
         self.processor = BatchProcessor(pipeline, state, state.generation())
+        self.metrics = PipelineMetrics(pipeline, state, f"conduit-{pipeline.id}")
         self.error: PipelineError | None = None
         self.query: StreamingQuery | None = None
         self.started_at = utc_now()
@@ -122,7 +124,13 @@ class PipelineRun:
             "running", error=None, started_at=self.started_at, counters=self.counters.records()
         )
         state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
-        self.query = writer.start()
+        self.metrics.attach(self.spark)  # removed again in finish()
+        try:
+            self.query = writer.start()
+        except BaseException:
+            self.metrics.detach()
+            raise
+        self.metrics.set_run_id(self.query.runId)
         return self
 
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
@@ -149,6 +157,7 @@ class PipelineRun:
             result.read / seconds if seconds else 0.0,
             self.counters.read,
         )
+        self.metrics.on_batch(batch_id, self.counters, seconds)
         if self.on_batch:
             self.on_batch(self, result)
 
@@ -211,6 +220,7 @@ class PipelineRun:
             "state_dir": str(state.root),
         }
         state.write_exit_payload(payload)
+        self.metrics.finish(status, payload["records"])
         state.write_status(
             status, error=payload["error"], counters=payload["records"], ended_at=payload["ended_at"]
         )
