@@ -1,4 +1,5 @@
-"""Record functions for ``custom.python`` (used by ``examples/custom-python.yaml``).
+"""Functions for ``custom.python`` (used by ``examples/custom-python.yaml`` and
+``examples/python-destination.yaml``).
 
 A function gets one OpenCDC record as a plain dict::
 
@@ -12,6 +13,9 @@ exception nacks just this record to the dead-letter queue with the exception as 
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
 from typing import Any
 
 from airflow_conduit.errors import FatalError
@@ -41,3 +45,21 @@ def enrich_order(record: dict[str, Any]) -> dict[str, Any] | None:
 def mask(name: str) -> str:
     """Keep the first letter of a customer name: ``charlie-2402`` -> ``c***``."""
     return name[:1] + "***" if name else name
+
+
+def append_ledger(records: list[dict[str, Any]], delivery_hash: str) -> None:
+    """A ``custom.python`` destination: append a micro-batch to a ledger file exactly once.
+
+    A replayed batch (after a crash) arrives again with the same ``delivery_hash``: the ledger keeps
+    the hashes it holds, so the replay is recognised and not appended twice.
+    """
+    ledger = Path(os.environ.get("CONDUIT_LEDGER", "demo-output/ledger.jsonl"))
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    seen = ledger.with_suffix(".deliveries")
+    if seen.exists() and delivery_hash in seen.read_text().split():
+        return
+    with ledger.open("a") as out:
+        for record in records:
+            out.write(json.dumps({"delivery": delivery_hash, "after": record["payload"]["after"]}) + "\n")
+    with seen.open("a") as marks:  # after the data: a crash in between appends the batch again
+        marks.write(delivery_hash + "\n")

@@ -9,7 +9,10 @@ after this function returns, i.e. after every destination and the DLQ hold it: t
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +21,10 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine import dlq
-from airflow_conduit.engine.connectors import DESTINATIONS, Delivery, Staged
-from airflow_conduit.engine.connectors.file import stage_jsonl
+from airflow_conduit.engine.connectors import DELIVERED, DESTINATIONS, Delivery, Staged, jsonl_files, nacks_of
+from airflow_conduit.engine.delivery import BatchContext, source_offsets
 from airflow_conduit.engine.processors import apply_all
-from airflow_conduit.errors import Code, PipelineError, PipelineStopped
+from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
     META_COLLECTION,
     META_DLQ_ERROR,
@@ -35,6 +38,8 @@ from airflow_conduit.record import (
     opencdc_struct_sql,
 )
 from airflow_conduit.state import PipelineState
+
+logger = logging.getLogger("airflow_conduit.engine")
 
 ROW_BITS = 33  # monotonically_increasing_id: partition index above bit 33, row number below
 WRITES_ON_STAGE = {"builtin:file"}  # destinations whose stage() runs the Spark job
@@ -106,6 +111,8 @@ class _DestinationWrite:
     states: Observation | None = None
     """Set when the destination has processors, which may nack or stop records."""
     staged: Staged | None = None
+    skipped: bool = False
+    """The destination already holds this delivery (a replay after a crash): acked without writing."""
 
 
 def position_text(value: Any) -> str:
@@ -121,14 +128,19 @@ class BatchProcessor:
         self.generation = generation
         self.windows = dlq.WindowStore(state.window_file)
         self.counters = RunCounters()
+        self.context = BatchContext(pipeline.id, -1, ())
 
     def delivery(self, destination_id: str, batch_id: int) -> Delivery:
-        return Delivery(self.pipeline.id, destination_id, batch_id, self.generation)
+        return Delivery(
+            self.pipeline.id, destination_id, batch_id, self.generation, self.context.hash_for(destination_id)
+        )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
+        offsets = source_offsets(self.state.checkpoint_dir, batch_id)
+        self.context = BatchContext(self.pipeline.id, batch_id, tuple(offsets))
         destinations = self.pipeline.destinations
         records = apply_all(
-            batch.withColumn("_seq", F.monotonically_increasing_id()), self.pipeline.processors
+            batch.withColumn("_seq", F.monotonically_increasing_id()), self.pipeline.processors, self.context
         )
         cached: list[DataFrame] = []
         if len(destinations) > 1 or any(d.processors for d in destinations):
@@ -143,14 +155,8 @@ class BatchProcessor:
         ]
         try:
             for write in writes:
-                rows = write.frame.filter(F.col("_state") == STATE_OPEN).observe(
-                    write.written, F.count(F.lit(1)).alias("n")
-                )
-                delivery = self.delivery(write.destination.id, batch_id)
-                write.staged = DESTINATIONS[write.destination.plugin](
-                    rows.select(*RECORD_COLUMNS), write.destination.settings, delivery
-                )
-            if observer is None:
+                self._stage(write, batch_id)
+            if observer is None or writes[observer].skipped:
                 observed.write.format("noop").mode("overwrite").save()
             states = counts_of(seen)
             self._stop_if_asked(records, states, writes)
@@ -167,18 +173,59 @@ class BatchProcessor:
             raise
         try:
             for write in writes:
-                write.staged.publish()
+                if write.staged is not None:
+                    with self._as_destination(write.destination.node_id):
+                        write.staged.publish()
             for staged in dlq_staged:
-                published = staged.publish()
+                with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
+                    published = staged.publish()
                 if isinstance(published, list):
                     self.counters.dlq_files += [str(p) for p in published if self.state.dlq_dir in p.parents]
             if window_before is not None:
                 self.windows.save(batch_id, window_before, window_after)
-            written = {w.destination.id: int(w.written.get["n"] or 0) for w in writes}
+            written = {w.destination.id: self._written(w) for w in writes}
         finally:
             for frame in cached:
                 frame.unpersist()
+        skipped = [w.destination.id for w in writes if w.skipped]
+        if skipped:
+            self.state.audit("delivery_skipped", batch=batch_id, destinations=skipped)
         return self._account(batch_id, states, nack_count, written)
+
+    def _stage(self, write: _DestinationWrite, batch_id: int) -> None:
+        """Stage a destination's records, unless it already holds this delivery (a replayed batch)."""
+        destination = write.destination
+        delivery = self.delivery(destination.id, batch_id)
+        with self._as_destination(destination.node_id):
+            if DELIVERED[destination.plugin](destination.settings, delivery):
+                write.skipped = True
+                logger.info(
+                    "%s: batch %d already delivered, not written again", destination.node_id, batch_id
+                )
+                return
+            rows = write.frame.filter(F.col("_state") == STATE_OPEN).observe(
+                write.written, F.count(F.lit(1)).alias("n")
+            )
+            write.staged = DESTINATIONS[destination.plugin](
+                rows.select(*RECORD_COLUMNS, "_seq"), destination.settings, delivery
+            )
+
+    @staticmethod
+    def _written(write: _DestinationWrite) -> int:
+        if write.staged is None:
+            return 0
+        return int(write.written.get["n"] or 0) - len(nacks_of(write.staged))
+
+    @staticmethod
+    @contextmanager
+    def _as_destination(node_id: str, code: str = Code.DESTINATION_FAILED) -> Iterator[None]:
+        """A destination's own TransientError/FatalError stops the pipeline as it says, named after it."""
+        try:
+            yield
+        except ConduitError as error:
+            raise PipelineStopped(
+                PipelineError(kind=error.kind, code=error.code or code, message=str(error), node=node_id)
+            ) from error
 
     def _destination_frame(
         self, records: DataFrame, destination: ConnectorConfig, cached: list[DataFrame]
@@ -223,13 +270,29 @@ class BatchProcessor:
     def _nacked(
         self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite]
     ) -> tuple[DataFrame, int]:
-        """Records nacked by a pipeline processor or any destination's processors (once each)."""
+        """Records nacked by a pipeline processor, any destination's processors, or refused by a
+        destination while it wrote (once each)."""
         nacked = records.filter(F.col("_state") == STATE_NACKED)
         count = states[STATE_NACKED]
         late = [w for w in writes if w.states is not None and counts_of(w.states)[STATE_NACKED]]
         for write in late:
             nacked = nacked.unionByName(write.frame.filter(F.col("_state") == STATE_NACKED))
-        if late:
+        refused = [
+            (seq, error, w.destination.node_id)
+            for w in writes
+            if w.staged is not None
+            for seq, error in nacks_of(w.staged)
+        ]
+        if refused:
+            errors = records.sparkSession.createDataFrame(refused, "_seq bigint, _err string, _nd string")
+            nacked = nacked.unionByName(
+                records.join(F.broadcast(errors), "_seq")
+                .withColumn("_state", F.lit(STATE_NACKED))
+                .withColumn("_error", F.col("_err"))
+                .withColumn("_node", F.col("_nd"))
+                .select(*records.columns)
+            )
+        if late or refused:
             nacked = nacked.dropDuplicates(["_seq"]).persist()
             count = nacked.count()
         return nacked, count
@@ -298,12 +361,17 @@ class BatchProcessor:
             )
             .coalesce(1)  # nacks are few: one ordered file, and no sampling job for a global sort
             .sortWithinPartitions("_seq")
-            .select(*RECORD_COLUMNS)
+            .select(*RECORD_COLUMNS, "_seq")
         )
         delivery = self.delivery("dlq", batch_id)
-        store = stage_jsonl(wrapped, self.state.dlq_dir, delivery)
-        plugin = DESTINATIONS[self.pipeline.dlq.plugin](wrapped, dict(self.pipeline.dlq.settings), delivery)
-        return [store, plugin]
+        staged: list[Staged] = []
+        if not jsonl_files.delivered(self.state.dlq_dir, delivery):
+            staged.append(jsonl_files.stage_jsonl(wrapped.drop("_seq"), self.state.dlq_dir, delivery))
+        plugin, settings = self.pipeline.dlq.plugin, dict(self.pipeline.dlq.settings)
+        with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
+            if not DELIVERED[plugin](settings, delivery):
+                staged.append(DESTINATIONS[plugin](wrapped, settings, delivery))
+        return staged
 
     def _note_dlq(self, nack_rows: list[Row]) -> None:
         counters = self.counters

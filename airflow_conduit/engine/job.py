@@ -56,6 +56,12 @@ def source_records(
     parallelism = spark.sparkContext.defaultParallelism
     ctx = SourceContext(source.id, source.node_id, str(state.stop_file), parallelism)
     raw = SOURCES[source.plugin](spark, dict(source.settings), ctx)
+    acked = state.acked_positions(source.id)
+    if acked:
+        # Poison records acknowledged by `airflow-conduit ack`: skipped, never processed nor written;
+        # the batch commits past them, so the source counts them as acked.
+        listed = ", ".join(f"X'{p.hex()}'" for p in sorted(acked))
+        raw = raw.filter(f"coalesce(NOT (position IN ({listed})), true)")
     metadata = (
         "map_concat(coalesce(metadata, cast(map() as map<string,string>)), map("
         f"'{META_READ_AT}', cast(unix_micros(current_timestamp()) * 1000 as string), "
@@ -124,6 +130,8 @@ class PipelineRun:
             "running", error=None, started_at=self.started_at, counters=self.counters.records()
         )
         state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
+        if acked := state.read_acked():
+            state.audit("skipping_acked", positions=[e.get("position_text") for e in acked])
         self.metrics.attach(self.spark)  # removed again in finish()
         try:
             self.query = writer.start()
@@ -242,7 +250,14 @@ def classify_failure(failure: Exception) -> PipelineError:
     text = str(failure).strip()
     message = text.splitlines()[0] if text else type(failure).__name__
     # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
-    code = Code.SOURCE_FAILED if re.search(r"\bconduit_(file|generator)\b", text) else Code.SPARK_FAILED
+    source = re.search(r"\bconduit_(file|generator|postgres)\b", text)
+    code = Code.SOURCE_FAILED if source else Code.SPARK_FAILED
+    # A connector's own TransientError/FatalError, raised on an executor, reaches the driver only as
+    # the text of Python's traceback: its last line says which it was.
+    raised = list(re.finditer(r"airflow_conduit\.errors\.(FatalError|TransientError): ([^\n]*)", text))
+    if raised:
+        kind = "fatal" if raised[-1].group(1) == "FatalError" else "transient"
+        return PipelineError(kind, code, raised[-1].group(2).strip()[:2000], None)
     return PipelineError("transient", code, message[:2000], None)
 
 

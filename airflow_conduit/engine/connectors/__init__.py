@@ -22,8 +22,10 @@ from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_conduit.engine.connectors import file, generator, log
+from airflow_conduit.engine.connectors import file, generator, log, python
 from airflow_conduit.engine.connectors._stream import Delivery, SourceContext
+from airflow_conduit.engine.connectors.postgres import source as postgres_source
+from airflow_conduit.engine.connectors.postgres import destination as postgres_destination
 
 
 class Staged(Protocol):
@@ -50,11 +52,22 @@ def never_delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
 SOURCES: dict[str, ReadStream] = {
     "builtin:generator": generator.read_stream,
     "builtin:file": file.read_stream,
+    "builtin:postgres": postgres_source.read_stream,
 }
 
 DESTINATIONS: dict[str, Stage] = {
     "builtin:file": file.stage,
     "builtin:log": log.stage,
+    "builtin:postgres": postgres_destination.stage,
+    "custom.python": python.stage,
 }
 
-__all__ = ["DESTINATIONS", "SOURCES", "Delivery", "SourceContext", "Staged"]
+DELIVERED: dict[str, Delivered] = {
+    "builtin:file": file.delivered,
+    "builtin:log": never_delivered,  # a log line cannot carry a marker: at least once
+    "builtin:postgres": postgres_destination.delivered,
+    "custom.python": never_delivered,  # the user's function gets the hash and keeps its own marker
+}
+"""Per destination plugin: does it already hold a delivery? Destinations without a marker never do."""
+
+__all__ = ["DELIVERED", "DESTINATIONS", "SOURCES", "Delivery", "SourceContext", "Staged", "nacks_of"]

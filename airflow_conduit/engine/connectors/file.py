@@ -5,18 +5,15 @@ name order). Each complete line is a record with raw ``.Payload.After``; its pos
 ``FILE:BYTE_OFFSET``. The offset per file lives in Spark's offset log, so in continuous mode new files
 and appended lines are picked up, and a partial last line waits for its newline.
 
-Destination: each micro-batch becomes ``BATCH-PART.jsonl`` files under ``path``, named so they sort in
-delivery order. They are written under ``_tmp-BATCH/`` first and renamed into place, so a reader of
-``*.jsonl`` never sees a half-written file, and a replayed batch replaces its own files.
+Destination: each micro-batch becomes ``GENERATION-BATCH-PART.jsonl`` files under ``path``, named so
+they sort in delivery order, published exactly once with a delivery marker (see :mod:`.jsonl_files`).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.engine.connectors import jsonl_files
 from airflow_conduit.engine.connectors._stream import (
     Delivery,
     SourceContext,
@@ -33,7 +31,8 @@ from airflow_conduit.engine.connectors._stream import (
     read_python_source,
     stop_requested,
 )
-from airflow_conduit.record import SOURCE_SCHEMA, opencdc_json_sql
+from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
+from airflow_conduit.record import SOURCE_SCHEMA
 
 SCAN_CHUNK = 8 << 20
 MIN_PARTITION_BYTES = 1 << 20
@@ -259,43 +258,9 @@ def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContex
 # destination -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StagedFiles:
-    """A batch written under ``_tmp-...`` and not yet visible; :meth:`publish` renames it into place."""
-
-    directory: Path
-    staging: Path
-    prefix: str
-
-    def publish(self) -> list[Path]:
-        parts = sorted(p for p in self.staging.iterdir() if p.name.startswith("part-"))
-        published = []
-        for part in parts:
-            index = int(part.name.split("-")[1])
-            target = self.directory / f"{self.prefix}-{index:05d}.jsonl"
-            os.replace(part, target)
-            published.append(target)
-        shutil.rmtree(self.staging, ignore_errors=True)
-        return published
-
-    def discard(self) -> None:
-        shutil.rmtree(self.staging, ignore_errors=True)
-
-
-def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -> StagedFiles:
-    """Write ``records`` as OpenCDC JSON lines into a hidden staging dir of ``directory``.
-
-    Published names are ``GENERATION-BATCH-PART.jsonl``: they sort in delivery order, a replayed batch
-    replaces its own files, and a fresh checkpoint (a new generation) never overwrites older output.
-    """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
-    staging = directory / f"_tmp-{prefix}"
-    shutil.rmtree(staging, ignore_errors=True)
-    records.selectExpr(f"{opencdc_json_sql()} AS value").write.text(str(staging))
-    return StagedFiles(directory, staging, prefix)
-
-
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedFiles:
-    return stage_jsonl(records, settings["path"], delivery)
+    return stage_jsonl(records.drop("_seq"), settings["path"], delivery)
+
+
+def delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
+    return jsonl_files.delivered(settings["path"], delivery)

@@ -8,6 +8,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors import (
     custom_python,
     error,
@@ -39,7 +40,9 @@ PROCESSORS: dict[str, Apply] = {
 _STATE_BARRIER = "CASE WHEN spark_partition_id() >= 0 THEN _state END"
 
 
-def apply_all(records: DataFrame, processors: Iterable[ProcessorConfig]) -> DataFrame:
+def apply_all(
+    records: DataFrame, processors: Iterable[ProcessorConfig], batch: BatchContext | None = None
+) -> DataFrame:
     """Apply processors in the order they are listed, as Conduit does.
 
     The chain ends with an optimizer barrier. Each processor's columns are ``CASE`` expressions that
@@ -53,7 +56,10 @@ def apply_all(records: DataFrame, processors: Iterable[ProcessorConfig]) -> Data
     """
     applied = False
     for proc in processors:
-        records = PROCESSORS[proc.plugin](records, proc)
+        if proc.plugin == "custom.python":
+            records = custom_python.apply(records, proc, batch)  # the one that can read the context
+        else:
+            records = PROCESSORS[proc.plugin](records, proc)
         applied = True
     if applied:
         records = records.withColumn("_state", F.expr(_STATE_BARRIER))

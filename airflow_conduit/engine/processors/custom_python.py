@@ -9,9 +9,10 @@ any other exception nacks the record with the error.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -19,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
@@ -58,6 +60,33 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return json.dumps(value, default=str), None
 
 
+class _Row:
+    """Row ``i`` of column lists, read by name (no per-row dict of every column)."""
+
+    __slots__ = ("columns", "i")
+
+    def __init__(self, columns: dict[str, list[Any]], i: int) -> None:
+        self.columns, self.i = columns, i
+
+    def __getitem__(self, name: str) -> Any:
+        return self.columns[name][self.i]
+
+
+def record_of(row: Mapping[str, Any] | _Row) -> dict[str, Any]:
+    """The plain-dict record a user's function gets, from a row whose data fields are ``*_json`` text
+    (structured) or ``*_raw`` bytes."""
+    return {
+        "position": row["position"],
+        "operation": row["operation"],
+        "metadata": dict(row["metadata"] or ()),
+        "key": _data_in(row["key_json"], row["key_raw"]),
+        "payload": {
+            "before": _data_in(row["before_json"], row["before_raw"]),
+            "after": _data_in(row["after_json"], row["after_raw"]),
+        },
+    }
+
+
 class _Batch:
     """Column lists of one Arrow batch, updated in place row by row."""
 
@@ -65,17 +94,7 @@ class _Batch:
         self.columns = batch.to_pydict()
 
     def record(self, i: int) -> dict[str, Any]:
-        c = self.columns
-        return {
-            "position": c["position"][i],
-            "operation": c["operation"][i],
-            "metadata": dict(c["metadata"][i] or ()),
-            "key": _data_in(c["key_json"][i], c["key_raw"][i]),
-            "payload": {
-                "before": _data_in(c["before_json"][i], c["before_raw"][i]),
-                "after": _data_in(c["after_json"][i], c["after_raw"][i]),
-            },
-        }
+        return record_of(_Row(self.columns, i))
 
     def store(self, i: int, record: dict[str, Any]) -> None:
         c = self.columns
@@ -92,11 +111,24 @@ class _Batch:
         self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
 
 
+def _takes_context(function: Callable[..., Any]) -> bool:
+    """Whether the function takes a second positional parameter (the batch context)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+
+
 def make_mapper(
-    reference: str, path: str | None, node_id: str
+    reference: str, path: str | None, node_id: str, context: dict[str, Any] | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         function = load_function(reference, path)
+        if _takes_context(function):
+            user_function, batch_context = function, dict(context or {})
+            function = lambda record: user_function(record, batch_context)  # noqa: E731
         for arrow_batch in batches:
             batch = _Batch(arrow_batch)
             for i, active in enumerate(batch.columns["_active"]):
@@ -118,13 +150,23 @@ def make_mapper(
     return run
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None = None) -> DataFrame:
+    """``batch`` gives functions that take a second parameter ``{"pipeline_id", "batch_id",
+    "delivery_hash"}``; the hash is this processor's (pipeline, node, source offsets): the same on every
+    replay of the micro-batch, so side effects keyed on it stay idempotent."""
     as_text = [
         F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
     ]
     prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
-    mapper = make_mapper(str(proc.settings["function"]), proc.settings.get("path"), proc.node_id)
+    context = None
+    if batch is not None:
+        context = {
+            "pipeline_id": batch.pipeline_id,
+            "batch_id": batch.batch_id,
+            "delivery_hash": batch.hash_for(proc.node_id),
+        }
+    mapper = make_mapper(str(proc.settings["function"]), proc.settings.get("path"), proc.node_id, context)
     mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA)
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
