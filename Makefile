@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e lint bench clean
+.PHONY: venv demo demo-cli test test-e2e cluster lint bench clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,12 @@ demo-cli: $(STAMP)
 # make test: everything but the slow end-to-end Airflow runs of the real engine, which have their own
 # target (CI runs both).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not engine"
+	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster"
+
+# The scale-out test: a Spark standalone master and worker on loopback, the same pipeline there and on
+# local[2] (tests/cluster is outside testpaths and marked cluster, so make test never starts it).
+cluster: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m cluster tests/cluster
 
 test-e2e: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m engine tests/airflow
