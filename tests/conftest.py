@@ -29,6 +29,16 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def pg():
+    """A throwaway PostgreSQL cluster (tests/pgcluster.py), started once per session, destroyed after."""
+    from pgcluster import start_cluster
+
+    cluster = start_cluster()
+    yield cluster
+    cluster.destroy()
+
+
 def read_jsonl(directory: Path) -> list[dict[str, Any]]:
     """The OpenCDC records of a file destination, in delivery order (file name order)."""
     records = []

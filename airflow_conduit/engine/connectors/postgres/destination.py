@@ -1,0 +1,558 @@
+"""``builtin:postgres`` destination: each micro-batch applied to PostgreSQL exactly once.
+
+Protocol, per batch and destination:
+
+1. ``stage`` (driver) creates an UNLOGGED staging table named after the pipeline, the destination and the
+   delivery hash (a leftover of an earlier crashed attempt of this destination is dropped first).
+2. The executors turn each record into one staging row in the same Spark pass that computes the batch:
+   ``seq`` (the record's ``_seq``), ``op``, ``tbl`` (``table``, else ``opencdc.collection``), ``key`` (the
+   key column's value as JSON), ``after`` (``.Payload.After`` as JSON) and ``err`` (why the record cannot
+   be applied, e.g. raw payload; such records are nacked). Each partition streams its rows as CSV through
+   ``COPY`` (``mapInArrow`` + psycopg): no per-record Python.
+3. The driver opens ONE transaction: it locks this destination's row in ``_conduit_deliveries``, applies
+   the staged rows to the target tables set-wise (per key the last operation of the batch wins: deletes
+   with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``;
+   without ``key`` plain inserts in source order), stores the batch's delivery hash in the marker row and
+   drops the staging table. The transaction stays open: ``publish`` commits it, ``discard`` rolls it back.
+4. A data error in the bulk apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls back to
+   a savepoint and applies the batch again in halves of its seq range, each under its own savepoint, down
+   to single records (Transporter's resume phase, bisected): the records PostgreSQL refuses come back as
+   ``nacks`` for the DLQ, everything else is applied in source order.
+
+Why exactly once: the rows and the marker commit in the same transaction, so PostgreSQL holds a batch's
+data if and only if it holds its delivery hash. A batch replayed after a crash (same offsets, same hash)
+finds its hash through :func:`delivered` and is acknowledged without writing; a crash before the commit
+leaves neither data nor marker, and the replay writes it. The marker row lock serialises two runs of the
+same pipeline that race for one batch. Staging rows that a retried Spark task copied twice are
+deduplicated by ``seq`` when applied.
+
+Conduit semantics and decisions: ``create``/``snapshot`` insert (upsert when ``key`` is set), ``update``
+upserts on ``key``, ``delete`` deletes by ``key``. The key value comes from ``.Key.<key>``, else
+``.Payload.After.<key>``, else ``.Payload.Before.<key>``, else a raw ``.Key`` read as UTF-8 text. Without
+``key``, updates and deletes cannot find their row: they are nacked (not turned into inserts, which would
+duplicate rows). Columns are the fields of the structured ``.Payload.After``; a field that is no column of
+the table nacks the record, a column that no record of the batch sets keeps its default, and a column set
+by some records of the batch but missing from a record is written as NULL for it. Raw payloads cannot be
+mapped to columns and are nacked (decode them first with ``json.decode``).
+
+Errors: psycopg errors go through :func:`~airflow_conduit.engine.connectors.postgres._common.classify`
+(server unreachable: transient; authentication, missing table, missing privileges: fatal, saying what
+to fix). Messages never contain the password.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_conduit.engine.connectors._stream import Delivery
+from airflow_conduit.engine.connectors.postgres._common import (
+    classify,
+    connect,
+    is_data_error,
+    redact,
+    safe_url,
+)
+from airflow_conduit.errors import Code, FatalError, TransientError
+from airflow_conduit.record import META_COLLECTION
+
+logger = logging.getLogger("airflow_conduit.destination.postgres")
+
+MARKER_TABLE = "_conduit_deliveries"
+STAGING_PREFIX = "_conduit_stage_"
+STAGING_COLUMNS = ("seq", "op", "tbl", "key", "after", "err")
+_COPY_FAILED = "conduit-postgres-copy"
+"""Marks an executor's COPY failure in the Spark exception text, so the driver can tell it apart."""
+
+_MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
+    pipeline_id text NOT NULL,
+    destination_id text NOT NULL,
+    delivery_hash text NOT NULL,
+    batch_id bigint NOT NULL,
+    committed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (pipeline_id, destination_id))"""
+
+
+# --- names -------------------------------------------------------------------------------------------
+
+
+def _destination_tag(delivery: Delivery) -> str:
+    return hashlib.sha1(f"{delivery.pipeline_id}\0{delivery.destination_id}".encode()).hexdigest()[:12]
+
+
+def staging_table(delivery: Delivery) -> str:
+    """``_conduit_stage_<destination>_<delivery>``: fixed per delivery, under PostgreSQL's 63 bytes."""
+    ident = delivery.hash or f"{delivery.generation}:{delivery.batch_id}"
+    return f"{STAGING_PREFIX}{_destination_tag(delivery)}_{hashlib.sha1(ident.encode()).hexdigest()[:16]}"
+
+
+def _table_ident(name: str) -> Any:
+    """``schema.table`` or ``table`` as a quoted identifier."""
+    from psycopg import sql
+
+    return sql.Identifier(*name.split(".", 1))
+
+
+# --- Spark side: records to staging rows ---------------------------------------------------------------
+
+
+def _sql_text(value: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def staging_frame(records: DataFrame, settings: dict[str, Any]) -> DataFrame:
+    """The records as staging rows (:data:`STAGING_COLUMNS`), computed by Spark expressions."""
+    table = str(settings.get("table") or "")
+    key = str(settings.get("key") or "")
+    if '"' in key:
+        raise FatalError(
+            f"postgres destination: key column {key!r} must not contain '\"'", code=Code.INVALID_CONFIG
+        )
+    tbl = _sql_text(table) if table else f"nullif(metadata[{_sql_text(META_COLLECTION)}], '')"
+    if key:
+        path = _sql_text(f'$["{key}"]')
+        key_value = (
+            f"to_json(coalesce(variant_get(key, {path}), variant_get(after, {path}), "
+            f"variant_get(before, {path}), cast(cast(key_raw AS STRING) AS VARIANT)))"
+        )
+    else:
+        key_value = "CAST(NULL AS STRING)"
+    no_after = "(after IS NULL OR is_variant_null(after))"
+    if key:
+        missing = f"postgres: no value for key column {key} in .Key, .Payload.After or .Payload.Before"
+        key_rule = f"WHEN key_value IS NULL THEN {_sql_text(missing)}"
+    else:
+        key_rule = (
+            "WHEN operation IN ('update', 'delete') THEN concat('postgres: cannot apply an ', operation, "
+            "' without the `key` setting (the column that identifies the row)')"
+        )
+    err = f"""CASE
+        WHEN operation IS NULL OR operation NOT IN ('create', 'update', 'delete', 'snapshot')
+            THEN concat('postgres: unknown operation ', coalesce(operation, 'null'))
+        WHEN tbl IS NULL
+            THEN 'postgres: no target table: set `table` or the record\\'s {META_COLLECTION} metadata'
+        WHEN operation <> 'delete' AND after_raw IS NOT NULL
+            THEN 'postgres: .Payload.After is raw data and cannot be mapped to columns (decode it with json.decode)'
+        WHEN operation <> 'delete' AND {no_after}
+            THEN 'postgres: the record has no .Payload.After to write'
+        {key_rule}
+        END"""
+    if "_seq" not in records.columns:  # the engine passes it; a caller without it gets source order
+        records = records.withColumn("_seq", F.monotonically_increasing_id())
+    return (
+        records.selectExpr(
+            "_seq AS seq",
+            "operation",
+            f"{tbl} AS tbl",
+            f"{key_value} AS key_value",
+            "after",
+            "after_raw",
+        )
+        .selectExpr("*", f"{err} AS err")
+        .selectExpr(
+            "seq",
+            "operation AS op",
+            "tbl",
+            "CASE WHEN err IS NULL THEN key_value END AS key",
+            "CASE WHEN err IS NULL AND operation <> 'delete' THEN to_json(after) END AS after",
+            "err",
+        )
+    )
+
+
+_COPY_RESULT = pa.schema([("rows", pa.int64())])
+
+
+def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``.
+
+    CSV is produced by Arrow's writer (every non-null value quoted, so an empty string stays distinct
+    from NULL); psycopg passes the bytes through. The partition commits as a whole: a failed task leaves
+    nothing behind, and rows a retried task copies twice are deduplicated by ``seq`` when applied.
+    """
+
+    def copy(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import io
+        import itertools
+
+        import psycopg
+        import pyarrow.csv as pa_csv
+        from psycopg import sql
+
+        options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            sql.Identifier(staging), sql.SQL(", ").join(map(sql.Identifier, STAGING_COLUMNS))
+        )
+        rows = 0
+        batches = (b for b in batches if b.num_rows)
+        first = next(batches, None)
+        if first is not None:  # connect only for partitions with rows: filters leave many empty
+            try:
+                with (
+                    psycopg.connect(url, connect_timeout=10) as conn,
+                    conn.cursor().copy(statement) as copier,
+                ):
+                    for batch in itertools.chain([first], batches):
+                        buffer = io.BytesIO()
+                        pa_csv.write_csv(batch, buffer, options)
+                        copier.write(buffer.getbuffer())
+                        rows += batch.num_rows
+                # Leaving the connection's block committed the partition's rows.
+            except psycopg.Error as error:
+                raise RuntimeError(
+                    f"{_COPY_FAILED} [{error.sqlstate or ''}] {redact(str(error), url)}"
+                ) from None
+        yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], schema=_COPY_RESULT)
+
+    return copy
+
+
+# --- driver side: apply in one transaction -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A target table as the apply needs it."""
+
+    name: str
+    columns: tuple[str, ...]
+    """Columns a record may set (generated columns excluded)."""
+    key_type: str = ""
+
+
+@dataclass
+class StagedPostgres:
+    """A batch applied inside an open transaction; :meth:`publish` commits data and marker together."""
+
+    conn: Any
+    url: str
+    staging: str
+    nacks: list[tuple[int, str]] = field(default_factory=list)
+    applied: int = 0
+
+    def publish(self) -> None:
+        import psycopg
+
+        try:
+            self.conn.commit()
+        except psycopg.Error as error:
+            raise classify(error, self.url, f"postgres destination: commit on {safe_url(self.url)}") from None
+        finally:
+            self.conn.close()
+
+    def discard(self) -> None:
+        """Roll back; best effort, as it runs while another error is on its way out."""
+        try:
+            self.conn.rollback()
+        except Exception as error:  # the server may be gone: the transaction dies with the connection
+            logger.warning("postgres destination: rollback failed: %s", redact(str(error), self.url))
+        finally:
+            self.conn.close()
+        _drop_staging(self.url, self.staging)
+
+
+def _drop_staging(url: str, staging: str) -> None:
+    from psycopg import sql
+
+    try:
+        with connect(url) as conn:
+            conn.autocommit = True
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(staging)))
+    except Exception as error:  # a leftover is dropped by this destination's next stage()
+        logger.warning("postgres destination: cannot drop %s: %s", staging, redact(str(error), url))
+
+
+def _prepare(url: str, delivery: Delivery, staging: str) -> None:
+    """Marker table, leftovers of crashed attempts gone, a fresh staging table (committed, so the
+    executors' connections see it)."""
+    from psycopg import sql
+
+    with connect(url) as conn:
+        conn.autocommit = True
+        conn.execute(_MARKER_DDL)
+        prefix = f"{STAGING_PREFIX}{_destination_tag(delivery)}_"
+        leftovers = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, %s)",
+            (prefix,),
+        ).fetchall()
+        for (name,) in leftovers:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL(
+                "CREATE UNLOGGED TABLE {} (seq bigint, op text, tbl text, key jsonb, after jsonb, err text)"
+            ).format(sql.Identifier(staging))
+        )
+
+
+def _lock_marker(cur: Any, delivery: Delivery) -> str | None:
+    """Lock this destination's marker row (creating it if needed); the delivery hash it holds."""
+    cur.execute(
+        f"INSERT INTO {MARKER_TABLE} (pipeline_id, destination_id, delivery_hash, batch_id) "
+        "VALUES (%s, %s, '', -1) ON CONFLICT (pipeline_id, destination_id) DO NOTHING",
+        (delivery.pipeline_id, delivery.destination_id),
+    )
+    row = cur.execute(
+        f"SELECT delivery_hash FROM {MARKER_TABLE} WHERE pipeline_id = %s AND destination_id = %s FOR UPDATE",
+        (delivery.pipeline_id, delivery.destination_id),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def _store_marker(cur: Any, delivery: Delivery) -> None:
+    cur.execute(
+        f"UPDATE {MARKER_TABLE} SET delivery_hash = %s, batch_id = %s, committed_at = now() "
+        "WHERE pipeline_id = %s AND destination_id = %s",
+        (delivery.hash, delivery.batch_id, delivery.pipeline_id, delivery.destination_id),
+    )
+
+
+def _target(cur: Any, name: str, key: str) -> _Target:
+    ident = _table_ident(name).as_string(cur.connection)
+    if cur.execute("SELECT to_regclass(%s)", (ident,)).fetchone()[0] is None:
+        raise FatalError(
+            f"postgres destination: table {ident} does not exist: create it, or check `table` "
+            f"(or the records' {META_COLLECTION})",
+            code=Code.DESTINATION_FAILED,
+        )
+    rows = cur.execute(
+        "SELECT attname, format_type(atttypid, atttypmod), attgenerated <> '' FROM pg_attribute "
+        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (ident,),
+    ).fetchall()
+    types = {column: type_ for column, type_, _ in rows}
+    if key and key not in types:
+        raise FatalError(
+            f"postgres destination: key column {key!r} does not exist in table {ident} "
+            f"(columns: {', '.join(types)})",
+            code=Code.DESTINATION_FAILED,
+        )
+    return _Target(name, tuple(c for c, _, generated in rows if not generated), types.get(key, ""))
+
+
+def _apply_range(
+    cur: Any, staging: str, target: _Target, fields: list[str], key: str, lo: int, hi: int
+) -> int:
+    """Apply the staged rows of ``target`` with ``lo <= seq < hi``; the rows affected."""
+    from psycopg import sql
+
+    table = _table_ident(target.name)
+    stage = sql.Identifier(staging)
+    written = [c for c in target.columns if c in fields or c == key]
+    cols = sql.SQL(", ").join(map(sql.Identifier, written))
+    picked = sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in written)
+    where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
+    params = {"tbl": target.name, "lo": lo, "hi": hi}
+    if not key:
+        # Source order; DISTINCT ON drops rows a retried Spark task copied twice.
+        statement = sql.SQL(
+            "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
+            "(SELECT DISTINCT ON (s.seq) s.seq, s.after FROM {stage} s WHERE {where} ORDER BY s.seq) x "
+            "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, x.after) r ORDER BY x.seq"
+        ).format(table=table, cols=cols, picked=picked, stage=stage, where=where)
+        return cur.execute(statement, params).rowcount
+    # The net effect per key: its last operation in the batch.
+    latest = sql.SQL(
+        "SELECT DISTINCT ON (k) k, op, after FROM "
+        "(SELECT (s.key #>> '{{}}')::{ktype} AS k, s.op, s.after, s.seq FROM {stage} s WHERE {where}) y "
+        "ORDER BY k, seq DESC"
+    ).format(ktype=sql.SQL(target.key_type), stage=stage, where=where)
+    kcol = sql.Identifier(key)
+    affected = cur.execute(
+        sql.SQL(
+            "WITH latest AS ({latest}) DELETE FROM {table} t USING latest l WHERE l.op = 'delete' AND t.{k} = l.k"
+        ).format(latest=latest, table=table, k=kcol),
+        params,
+    ).rowcount
+    updates = [c for c in written if c != key]
+    on_conflict = (
+        sql.SQL("DO UPDATE SET {}").format(
+            sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates)
+        )
+        if updates
+        else sql.SQL("DO NOTHING")
+    )
+    affected += cur.execute(
+        sql.SQL(
+            "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest l "
+            "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, l.after || jsonb_build_object({kname}, l.k)) r "
+            "WHERE l.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
+        ).format(
+            latest=latest,
+            table=table,
+            cols=cols,
+            picked=picked,
+            kname=sql.Literal(key),
+            k=kcol,
+            on_conflict=on_conflict,
+        ),
+        params,
+    ).rowcount
+    return affected
+
+
+class _Applier:
+    """Applies the staged batch; on a data error bisects the seq range down to the refused records."""
+
+    def __init__(self, cur: Any, url: str, staging: str, key: str) -> None:
+        self.cur, self.url, self.staging, self.key = cur, url, staging, key
+        self.targets: list[tuple[_Target, list[str]]] = []
+        self.nacks: list[tuple[int, str]] = []
+        self.applied = 0
+
+    def _apply(self, lo: int, hi: int) -> None:
+        for target, fields in self.targets:
+            self.applied += _apply_range(self.cur, self.staging, target, fields, self.key, lo, hi)
+
+    def run(self, seqs: list[int]) -> None:
+        if seqs:
+            self._bisect(seqs, 0, len(seqs))
+
+    def _bisect(self, seqs: list[int], first: int, last: int) -> None:
+        import psycopg
+
+        lo = seqs[first]
+        hi = seqs[last] if last < len(seqs) else seqs[-1] + 1
+        cur = self.cur
+        cur.execute("SAVEPOINT conduit_apply")
+        applied = self.applied
+        try:
+            self._apply(lo, hi)
+        except psycopg.Error as error:
+            if not is_data_error(error):
+                raise
+            cur.execute("ROLLBACK TO SAVEPOINT conduit_apply")
+            cur.execute("RELEASE SAVEPOINT conduit_apply")
+            self.applied = applied
+            if last - first == 1:
+                message = getattr(error.diag, "message_primary", None) or str(error).splitlines()[0]
+                self.nacks.append((lo, f"postgres: {redact(message, self.url)}"))
+                return
+            middle = (first + last) // 2
+            self._bisect(seqs, first, middle)
+            self._bisect(seqs, middle, last)
+            return
+        cur.execute("RELEASE SAVEPOINT conduit_apply")
+
+
+def _apply_batch(conn: Any, url: str, staging: str, key: str) -> tuple[list[tuple[int, str]], int]:
+    """Apply the staging table inside the open transaction; ``(nacks, rows affected)``."""
+    from psycopg import sql
+
+    cur = conn.cursor()
+    stage = sql.Identifier(staging)
+    applier = _Applier(cur, url, staging, key)
+    fields_by_table = dict(
+        cur.execute(
+            sql.SQL(
+                "SELECT s.tbl, coalesce((SELECT array_agg(DISTINCT f) FROM {stage} a, jsonb_object_keys(a.after) f "
+                "WHERE a.tbl = s.tbl AND a.err IS NULL AND jsonb_typeof(a.after) = 'object'), '{{}}') "
+                "FROM (SELECT DISTINCT tbl FROM {stage} WHERE err IS NULL) s"
+            ).format(stage=stage)
+        ).fetchall()
+    )
+    for name in sorted(fields_by_table):
+        target = _target(cur, name, key)
+        fields = list(fields_by_table[name])
+        unknown = sorted(set(fields) - set(target.columns) - {key})
+        known = [f for f in fields if f in target.columns]
+        if unknown:
+            # Nack the records that set a column the table does not have, as PostgreSQL would.
+            for column in unknown:
+                cur.execute(
+                    sql.SQL(
+                        "UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL AND after ? %s"
+                    ).format(stage=stage),
+                    (f'postgres: column "{column}" of relation "{name}" does not exist', name, column),
+                )
+        applier.targets.append((target, known))
+    seqs = [
+        row[0]
+        for row in cur.execute(
+            sql.SQL("SELECT DISTINCT seq FROM {stage} WHERE err IS NULL ORDER BY seq").format(stage=stage)
+        ).fetchall()
+    ]
+    if seqs:
+        applier.run(seqs)
+    refused = cur.execute(
+        sql.SQL("SELECT DISTINCT seq, err FROM {stage} WHERE err IS NOT NULL").format(stage=stage)
+    ).fetchall()
+    nacks = sorted([(int(seq), str(err)) for seq, err in refused] + applier.nacks)
+    return nacks, applier.applied
+
+
+def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
+    """Copy the batch into a staging table and apply it in an open transaction (see the module doc)."""
+    import psycopg
+    from psycopg import sql
+
+    url = str(settings["url"])
+    key = str(settings.get("key") or "")
+    staging = staging_table(delivery)
+    context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
+    try:
+        _prepare(url, delivery, staging)
+    except psycopg.Error as error:
+        raise classify(error, url, context) from None
+    rows = staging_frame(records, settings)
+    try:
+        rows.mapInArrow(copy_partitions(url, staging), "rows bigint").collect()
+    except Exception as error:
+        text = str(error)
+        if _COPY_FAILED not in text:
+            _drop_staging(url, staging)
+            raise
+        _drop_staging(url, staging)
+        detail = text[text.index(_COPY_FAILED) + len(_COPY_FAILED) :].strip().splitlines()[0]
+        raise TransientError(
+            f"{context}: copying the batch into the staging table failed: {redact(detail, url)}",
+            code=Code.DESTINATION_FAILED,
+        ) from None
+    conn = connect(url)
+    staged = StagedPostgres(conn, url, staging)
+    try:
+        cur = conn.cursor()
+        held = _lock_marker(cur, delivery)
+        if held and held == delivery.hash:
+            # Another run committed this batch since the engine asked delivered(): nothing to write.
+            conn.rollback()
+            _drop_staging(url, staging)
+            return staged
+        staged.nacks, staged.applied = _apply_batch(conn, url, staging, key)
+        _store_marker(cur, delivery)
+        cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
+    except BaseException as error:
+        staged.discard()
+        if isinstance(error, psycopg.Error):
+            raise classify(error, url, context) from None
+        raise
+    return staged
+
+
+def delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
+    """Whether the target already holds this delivery: its marker row carries ``delivery.hash``."""
+    import psycopg
+
+    if not delivery.hash:
+        return False
+    url = str(settings["url"])
+    try:
+        with connect(url) as conn:
+            if conn.execute("SELECT to_regclass(%s)", (MARKER_TABLE,)).fetchone()[0] is None:
+                return False
+            row = conn.execute(
+                f"SELECT delivery_hash FROM {MARKER_TABLE} WHERE pipeline_id = %s AND destination_id = %s",
+                (delivery.pipeline_id, delivery.destination_id),
+            ).fetchone()
+    except psycopg.Error as error:
+        raise classify(
+            error, url, f"postgres destination {delivery.destination_id} ({safe_url(url)})"
+        ) from None
+    return row is not None and row[0] == delivery.hash

@@ -1,0 +1,362 @@
+"""``builtin:postgres`` destination against a real PostgreSQL cluster and real Spark."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from typing import Any
+
+import pytest
+from pgcluster import APP_PASSWORD, APP_USER
+
+from airflow_conduit.engine.connectors._stream import Delivery
+from airflow_conduit.engine.connectors.postgres import destination
+from airflow_conduit.errors import FatalError, TransientError
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture
+def db(pg) -> str:
+    """A fresh database (owned by the app user) per test; its app-user URL."""
+    return pg.create_database(f"t_{uuid.uuid4().hex[:10]}")
+
+
+def dbname(url: str) -> str:
+    return url.rsplit("/", 1)[1]
+
+
+def rows(pg, url: str, sql: str) -> list[tuple]:
+    return pg.execute(sql, dbname(url))
+
+
+def record(
+    op: str = "create",
+    after: Any = None,
+    *,
+    key: Any = None,
+    before: Any = None,
+    collection: str | None = None,
+    after_raw: bytes | None = None,
+    key_raw: bytes | None = None,
+) -> tuple:
+    metadata = {"opencdc.collection": collection} if collection else {}
+    dump = lambda v: None if v is None else json.dumps(v)  # noqa: E731
+    return (b"p", op, metadata, dump(key), key_raw, dump(before), None, dump(after), after_raw)
+
+
+def frame(spark, records: list[tuple]):
+    """Records in the engine's form (structured data as VARIANT) with ``_seq`` in list order, spread
+    over two partitions so the COPY runs from several tasks."""
+    schema = (
+        "position binary, operation string, metadata map<string,string>, key_json string, key_raw binary, "
+        "before_json string, before_raw binary, after_json string, after_raw binary, _seq bigint"
+    )
+    data = [(*r, i * 10) for i, r in enumerate(records)]
+    return (
+        spark.createDataFrame(data, schema, verifySchema=False)
+        .repartition(2)
+        .selectExpr(
+            "position",
+            "operation",
+            "metadata",
+            "parse_json(key_json) AS key",
+            "key_raw",
+            "parse_json(before_json) AS before",
+            "before_raw",
+            "parse_json(after_json) AS after",
+            "after_raw",
+            "_seq",
+        )
+    )
+
+
+def delivery(hash_: str = "h1", pipeline: str = "p", dest: str = "out", batch: int = 0) -> Delivery:
+    return Delivery(pipeline, dest, batch, "gen", hash_)
+
+
+def write(spark, records, settings, dlv=None, publish=True):
+    staged = destination.stage(frame(spark, records), settings, dlv or delivery())
+    if publish:
+        staged.publish()
+    else:
+        staged.discard()
+    return staged
+
+
+def staging_tables(pg, url: str) -> list[tuple]:
+    return rows(pg, url, "SELECT tablename FROM pg_tables WHERE tablename LIKE '\\_conduit\\_stage\\_%'")
+
+
+# --- writing ----------------------------------------------------------------------------------------------
+
+
+def test_insert_without_key_in_source_order(spark, pg, db):
+    rows(pg, db, "CREATE TABLE items (id serial PRIMARY KEY, name text, qty int, note text DEFAULT 'dflt')")
+    rows(pg, db, f"ALTER TABLE items OWNER TO {APP_USER}")
+    records = [record(after={"name": f"n{i}", "qty": i}) for i in range(7)]
+    staged = write(spark, records, {"url": db, "table": "items"})
+    assert staged.nacks == []
+    got = rows(pg, db, "SELECT id, name, qty, note FROM items ORDER BY id")
+    # Source order survives the two-partition COPY; a column no record sets keeps its default.
+    assert [(r[1], r[2], r[3]) for r in got] == [(f"n{i}", i, "dflt") for i in range(7)]
+    assert staging_tables(pg, db) == []
+    marker = rows(
+        pg, db, "SELECT pipeline_id, destination_id, delivery_hash, batch_id FROM _conduit_deliveries"
+    )
+    assert marker == [("p", "out", "h1", 0)]
+
+
+def test_upsert_and_delete_by_key_last_operation_wins(spark, pg, db):
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE users (id int PRIMARY KEY, name text, age int); ALTER TABLE users OWNER TO {APP_USER}",
+    )
+    rows(pg, db, "INSERT INTO users VALUES (1, 'old1', 10), (2, 'old2', 20), (3, 'old3', 30)")
+    settings = {"url": db, "table": "users", "key": "id"}
+    records = [
+        record("update", {"id": 1, "name": "new1", "age": 11}),  # existing row updated
+        record("delete", key={"id": 2}),  # existing row deleted by .Key
+        record("create", {"id": 4, "name": "four", "age": 40}),
+        record("update", {"id": 4, "name": "four-b", "age": 41}),
+        record("delete", None, before={"id": 4, "name": "x"}),  # key from .Payload.Before
+        record("create", {"id": 4, "name": "four-c", "age": 42}),  # last wins: exists again
+        record("create", {"id": 5, "name": "five", "age": 50}),
+        record("update", {"name": "five-b", "age": 51}, key={"id": 5}),  # key from .Key, not in After
+        record("snapshot", {"id": 6, "name": "six", "age": 60}),
+        record("delete", key={"id": 6}),  # last wins: gone
+        record("update", {"id": 3, "name": "new3", "age": 31}),
+        record("update", {"id": 3, "name": "newer3", "age": 32}),
+    ]
+    staged = write(spark, records, settings)
+    assert staged.nacks == []
+    assert rows(pg, db, "SELECT id, name, age FROM users ORDER BY id") == [
+        (1, "new1", 11),
+        (3, "newer3", 32),
+        (4, "four-c", 42),
+        (5, "five-b", 51),
+    ]
+
+
+def test_table_from_collection_several_tables_in_one_batch(spark, pg, db):
+    rows(
+        pg, db, f"CREATE TABLE orders (id int PRIMARY KEY, total int); ALTER TABLE orders OWNER TO {APP_USER}"
+    )
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE refunds (id int PRIMARY KEY, total int); ALTER TABLE refunds OWNER TO {APP_USER}",
+    )
+    records = [
+        record(after={"id": 1, "total": 10}, collection="orders"),
+        record(after={"id": 2, "total": 20}, collection="refunds"),
+        record(after={"id": 3, "total": 30}, collection="orders"),
+        record(after={"id": 4, "total": 40}, collection=None),  # nowhere to go: nacked
+    ]
+    staged = write(spark, records, {"url": db, "key": "id"})
+    assert rows(pg, db, "SELECT id, total FROM orders ORDER BY id") == [(1, 10), (3, 30)]
+    assert rows(pg, db, "SELECT id, total FROM refunds ORDER BY id") == [(2, 20)]
+    assert len(staged.nacks) == 1
+    assert staged.nacks[0][0] == 30 and "no target table" in staged.nacks[0][1]
+
+
+def test_replayed_delivery_is_skipped(spark, pg, db):
+    rows(pg, db, f"CREATE TABLE log (id serial PRIMARY KEY, msg text); ALTER TABLE log OWNER TO {APP_USER}")
+    settings = {"url": db, "table": "log"}
+    records = [record(after={"msg": f"m{i}"}) for i in range(5)]
+    assert not destination.delivered(settings, delivery("h1"))  # no marker table yet
+    write(spark, records, settings, delivery("h1"))
+    assert destination.delivered(settings, delivery("h1"))
+    assert not destination.delivered(settings, delivery("h2"))
+    assert not destination.delivered(settings, delivery("h1", dest="other"))
+    # A second run that raced past delivered() finds the hash under the marker's lock: writes nothing.
+    again = write(spark, records, settings, delivery("h1"))
+    assert again.applied == 0
+    assert rows(pg, db, "SELECT count(*) FROM log") == [(5,)]
+    # The next batch is written, and the marker moves on.
+    write(spark, records[:2], settings, delivery("h2", batch=1))
+    assert rows(pg, db, "SELECT count(*) FROM log") == [(7,)]
+    assert rows(pg, db, "SELECT delivery_hash, batch_id FROM _conduit_deliveries") == [("h2", 1)]
+    assert staging_tables(pg, db) == []
+
+
+def test_discard_leaves_nothing(spark, pg, db):
+    rows(pg, db, f"CREATE TABLE t (id int PRIMARY KEY, v text); ALTER TABLE t OWNER TO {APP_USER}")
+    rows(pg, db, "INSERT INTO t VALUES (1, 'keep')")
+    settings = {"url": db, "table": "t", "key": "id"}
+    records = [record("update", {"id": 1, "v": "changed"}), record("create", {"id": 2, "v": "new"})]
+    write(spark, records, settings, delivery("h9"), publish=False)
+    assert rows(pg, db, "SELECT id, v FROM t ORDER BY id") == [(1, "keep")]
+    assert not destination.delivered(settings, delivery("h9"))
+    assert rows(pg, db, "SELECT delivery_hash FROM _conduit_deliveries") == []
+    assert staging_tables(pg, db) == []
+
+
+def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db):
+    rows(
+        pg,
+        db,
+        "CREATE TABLE pay (id int PRIMARY KEY, amount int NOT NULL CHECK (amount >= 0), code varchar(3)); "
+        f"ALTER TABLE pay OWNER TO {APP_USER}",
+    )
+    settings = {"url": db, "table": "pay", "key": "id"}
+    records = [record(after={"id": i, "amount": i * 10, "code": "ok"}) for i in range(40)]  # seq = 10 * index
+    records[3] = record(after={"id": 3, "amount": -5, "code": "ok"})  # CHECK violation
+    records[17] = record(after={"id": 17, "amount": None, "code": "ok"})  # NOT NULL violation
+    records[25] = record(after={"id": 25, "amount": "lots", "code": "ok"})  # not an integer
+    records[33] = record(after={"id": 33, "amount": 1, "code": "toolong"})  # too long for varchar(3)
+    staged = write(spark, records, settings, delivery("hp"))
+    nacked = dict(staged.nacks)
+    assert sorted(nacked) == [30, 170, 250, 330]
+    assert all(message.startswith("postgres: ") for message in nacked.values())
+    assert "check constraint" in nacked[30]
+    assert "not-null" in nacked[170] or "null value" in nacked[170]
+    assert "integer" in nacked[250]
+    assert "too long" in nacked[330]
+    got = rows(pg, db, "SELECT id FROM pay ORDER BY id")
+    assert [r[0] for r in got] == [i for i in range(40) if i not in (3, 17, 25, 33)]
+    assert destination.delivered(settings, delivery("hp"))
+
+
+def test_records_that_cannot_be_mapped_are_nacked(spark, pg, db):
+    rows(pg, db, f"CREATE TABLE t (id serial PRIMARY KEY, v text); ALTER TABLE t OWNER TO {APP_USER}")
+    settings = {"url": db, "table": "t"}
+    records = [
+        record(after={"v": "a"}),
+        record(after_raw=b'{"v": "raw"}'),  # raw payload
+        record("update", {"v": "u"}),  # update without `key`
+        record("delete", key={"id": 1}),  # delete without `key`
+        record(after={"v": "b", "nope": 1}),  # no such column
+        record(after={"v": "c"}),
+    ]
+    staged = write(spark, records, settings)
+    nacked = dict(staged.nacks)
+    assert sorted(nacked) == [10, 20, 30, 40]
+    assert "raw data" in nacked[10]
+    assert "without the `key` setting" in nacked[20] and "update" in nacked[20]
+    assert "without the `key` setting" in nacked[30] and "delete" in nacked[30]
+    assert 'column "nope"' in nacked[40]
+    assert rows(pg, db, "SELECT v FROM t ORDER BY id") == [("a",), ("c",)]
+
+
+# --- errors -----------------------------------------------------------------------------------------------
+
+
+def test_missing_table_is_fatal_and_names_it(spark, pg, db):
+    with pytest.raises(FatalError) as caught:
+        write(spark, [record(after={"id": 1})], {"url": db, "table": "no_such_table"})
+    assert "no_such_table" in str(caught.value)
+    assert APP_PASSWORD not in str(caught.value)
+    assert staging_tables(pg, db) == []
+
+
+def test_bad_password_is_fatal_and_never_shows_the_password(spark, pg, db):
+    wrong = "Wr0ng-Secret-77"
+    url = db.replace(APP_PASSWORD, wrong)
+    settings = {"url": url, "table": "t"}
+    with pytest.raises(FatalError) as staged:
+        write(spark, [record(after={"id": 1})], settings)
+    with pytest.raises(FatalError) as checked:
+        destination.delivered(settings, delivery())
+    for error in (staged.value, checked.value):
+        assert wrong not in str(error)
+        assert "password" in str(error)  # says what to fix
+
+
+def test_server_stopped_is_transient(spark, pg, db):
+    settings = {"url": db, "table": "t"}
+    pg.stop()
+    try:
+        with pytest.raises(TransientError) as checked:
+            destination.delivered(settings, delivery())
+        with pytest.raises(TransientError) as staged:
+            write(spark, [record(after={"id": 1})], settings)
+    finally:
+        pg.start()
+    for error in (checked.value, staged.value):
+        assert APP_PASSWORD not in str(error)
+
+
+def test_server_lost_before_publish_leaves_the_batch_undelivered(spark, pg, db):
+    rows(pg, db, f"CREATE TABLE t (id int PRIMARY KEY); ALTER TABLE t OWNER TO {APP_USER}")
+    settings = {"url": db, "table": "t", "key": "id"}
+    staged = destination.stage(frame(spark, [record(after={"id": 1})]), settings, delivery("hx"))
+    pg.stop()
+    try:
+        with pytest.raises(TransientError) as caught:
+            staged.publish()
+    finally:
+        pg.start()
+    assert APP_PASSWORD not in str(caught.value)
+    # The commit never happened: neither data nor marker, so a replay writes the batch.
+    assert rows(pg, db, "SELECT count(*) FROM t") == [(0,)]
+    assert not destination.delivered(settings, delivery("hx"))
+    write(spark, [record(after={"id": 1})], settings, delivery("hx"))
+    assert rows(pg, db, "SELECT count(*) FROM t") == [(1,)]
+    assert staging_tables(pg, db) == []
+
+
+# --- end to end through the engine --------------------------------------------------------------------------
+
+
+PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: pg-e2e
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: 300
+          maxRecordsPerBatch: 100
+          collections: orders
+          format.type: structured
+          format.options.name: string
+          format.options.amount: int
+      - id: db
+        type: destination
+        plugin: builtin:postgres
+        settings:
+          url: {url}
+          key: "{key}"
+"""
+
+
+def test_pipeline_end_to_end_exactly_once_on_replay(pg, db, run_yaml, tmp_path):
+    # No key: plain inserts, so a batch written twice would show as duplicate rows.
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE orders (n serial PRIMARY KEY, name text, amount int); ALTER TABLE orders OWNER TO {APP_USER}",
+    )
+    text = PIPELINE.replace("{url}", db).replace("{key}", "")
+    state = tmp_path / "state"
+    payload = run_yaml(text, state_dir=state)
+    assert payload["exit_code"] == 0, payload
+    assert APP_PASSWORD not in json.dumps(payload)
+    assert payload["records"]["written"] == {"pg-e2e:db": 300}
+    assert rows(pg, db, "SELECT count(*), count(DISTINCT name || amount) > 1 FROM orders") == [(300, True)]
+    # A crash after PostgreSQL committed the last batch but before Spark's commit log did: Spark replays
+    # the batch with the same offsets (same delivery hash), and the destination skips it.
+    commits = state / "pg-e2e" / "checkpoint" / "commits"
+    last = max(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    (commits / str(last)).unlink()
+    shutil.rmtree(commits / f".{last}.crc", ignore_errors=True)
+    (commits / f".{last}.crc").unlink(missing_ok=True)
+    again = run_yaml(text, state_dir=state)
+    assert again["exit_code"] == 0, again
+    assert rows(pg, db, "SELECT count(*) FROM orders") == [(300,)]
+    audit = (state / "pg-e2e" / "audit.jsonl").read_text()
+    assert "delivery_skipped" in audit
+
+
+def test_pipeline_end_to_end_fatal_error_in_exit_payload(pg, db, run_yaml):
+    text = PIPELINE.replace("{url}", db).replace("{key}", "id")
+    payload = run_yaml(text)  # no table `orders`
+    assert payload["exit_code"] == 1, payload
+    assert payload["error"]["kind"] == "fatal"
+    assert "orders" in payload["error"]["message"]
+    assert APP_PASSWORD not in json.dumps(payload)
