@@ -97,7 +97,20 @@ def get_provider_info() -> dict[str, Any]:
                     "operator's own ``recovery=`` overrides them. Environment: "
                     "``AIRFLOW__CONDUIT__MIN_DELAY`` and so on.\n"
                 ),
-                "options": _RECOVERY_OPTIONS,
+                "options": {
+                    **_RECOVERY_OPTIONS,
+                    "state_dirs": {
+                        "description": (
+                            "State dirs the Conduit pages of the UI (``/conduit``) list pipelines from, "
+                            "comma-separated. Empty: ``$CONDUIT_STATE_DIR``, else ``.conduit`` in the API "
+                            "server's working directory.\n"
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/data/conduit,/data/conduit-replay",
+                        "default": "",
+                    },
+                },
             }
         },
     }

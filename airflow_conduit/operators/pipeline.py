@@ -21,6 +21,7 @@ from airflow_conduit.hooks.exceptions import (
     PipelineFatalError,
     PipelineTransientError,
 )
+from airflow_conduit.plugins.links import ConduitPipelineLink
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
 from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy
@@ -122,6 +123,7 @@ class ConduitPipelineOperator(BaseOperator):
     )
     template_fields_renderers = {"conf": "json", "env_vars": "json"}
     ui_color = "#c6e6ff"
+    operator_extra_links = (ConduitPipelineLink(),)
 
     def __init__(
         self,

@@ -1,0 +1,31 @@
+"""The Airflow plugin: Conduit pages under ``/conduit``, a navigation entry, the operator link."""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from airflow_conduit.operators.pipeline import ConduitPipelineOperator
+from airflow_conduit.plugins.app import app
+from airflow_conduit.plugins.links import URL_PREFIX, ConduitPipelineLink
+
+# The operator carries the link itself (Airflow 3 resolves it in the worker); naming the operator here
+# lets the plugin listing show which operator the link belongs to.
+ConduitPipelineLink.operators = [ConduitPipelineOperator]
+
+
+class ConduitPlugin(AirflowPlugin):
+    """Registered through the ``airflow.plugins`` entry point of the distribution."""
+
+    name = "conduit"
+    fastapi_apps = [{"name": "conduit", "app": app, "url_prefix": URL_PREFIX}]
+    # Shown in Airflow's navigation, the list page framed inside the UI (``/plugin/conduit``).
+    external_views = [
+        {
+            "name": "Conduit pipelines",
+            "href": f"{URL_PREFIX.lstrip('/')}/",
+            "url_route": "conduit",
+            "destination": "nav",
+            "category": "browse",
+        }
+    ]
+    operator_extra_links = [ConduitPipelineLink()]

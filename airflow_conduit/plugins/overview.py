@@ -1,0 +1,170 @@
+"""What the UI shows of a pipeline, read from its state dir (pure Python: no Airflow, no FastAPI).
+
+Everything comes through :mod:`airflow_conduit.state` and :mod:`airflow_conduit.dlq_tools`, the same
+readers the CLI uses, so the UI and ``airflow-conduit status`` agree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from airflow_conduit import dlq_tools
+from airflow_conduit.state import PipelineState, list_pipelines
+
+METRICS_FILE = "metrics.prom"  # engine/metrics.py writes it; not imported from there (it needs pyspark)
+RECENT_EVENTS = 20
+DLQ_SAMPLE = 10
+
+
+@dataclass(frozen=True)
+class PipelineOverview:
+    """One pipeline as the UI lists it."""
+
+    state_dir: str
+    pipeline_id: str
+    status: str
+    counters: Mapping[str, Any]
+    error: Mapping[str, Any] | None
+    updated_at: str | None
+    throughput: float | None
+    """Records read per second over the last run (the exit payload's), or ``None`` while unknown."""
+    batches: int | None
+    recovery: Mapping[str, Any] = field(default_factory=dict)
+    """``attempt``, ``next_start_at``, ``delay`` while recovering."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_dir": self.state_dir,
+            "pipeline": self.pipeline_id,
+            "status": self.status,
+            "counters": dict(self.counters),
+            "error": dict(self.error) if self.error else None,
+            "updated_at": self.updated_at,
+            "throughput": self.throughput,
+            "batches": self.batches,
+            "recovery": dict(self.recovery),
+        }
+
+
+def _seconds_between(start: str | None, end: str | None) -> float | None:
+    if not start or not end:
+        return None
+    try:
+        a = datetime.fromisoformat(start.replace("Z", "+00:00"))
+        b = datetime.fromisoformat(end.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (b - a).total_seconds()
+
+
+def throughput(exit_payload: Mapping[str, Any] | None) -> float | None:
+    """Records read per second of a finished run: ``read / duration``."""
+    if not exit_payload:
+        return None
+    read = (exit_payload.get("records") or {}).get("read")
+    seconds = exit_payload.get("duration_seconds")
+    if seconds is None:
+        seconds = _seconds_between(exit_payload.get("started_at"), exit_payload.get("ended_at"))
+    if read is None or not seconds or seconds <= 0:
+        return None
+    return round(float(read) / float(seconds), 1)
+
+
+def overview(state: PipelineState) -> PipelineOverview:
+    """The pipeline's status (status.json first: it also says ``recovering``; else the exit payload)."""
+    status = state.read_status() or {}
+    payload = state.read_exit_payload() or {}
+    name = status.get("status") or payload.get("status") or "unknown"
+    counters = status.get("counters") or payload.get("records") or {}
+    error = status.get("error") if "error" in status else payload.get("error")
+    recovery = {k: status[k] for k in ("attempt", "next_start_at", "delay") if status.get(k) is not None}
+    if name != "recovering":
+        recovery = {}
+    batches = status.get("batches", payload.get("batches"))
+    return PipelineOverview(
+        state_dir=str(state.state_dir),
+        pipeline_id=state.pipeline_id,
+        status=name,
+        counters=counters,
+        error=error or None,
+        updated_at=status.get("updated_at") or payload.get("ended_at"),
+        throughput=throughput(payload) if name != "running" else None,
+        batches=batches,
+        recovery=recovery,
+    )
+
+
+def find_pipelines(state_dirs: Iterable[str | os.PathLike[str]]) -> list[PipelineState]:
+    """Every pipeline of the configured state dirs, in their order, then by id."""
+    found: list[PipelineState] = []
+    for directory in state_dirs:
+        found += list_pipelines(directory)
+    return found
+
+
+def find_pipeline(
+    state_dirs: Sequence[str | os.PathLike[str]], pipeline_id: str, state_dir: str | None = None
+) -> PipelineState | None:
+    """The pipeline ``pipeline_id`` of a configured state dir; ``state_dir`` picks one if several hold it.
+
+    Only pipelines listed in the configured dirs are found, so a request cannot name another path.
+    """
+    wanted = os.path.realpath(state_dir) if state_dir else None
+    for state in find_pipelines(state_dirs):
+        if state.pipeline_id != pipeline_id:
+            continue
+        if wanted is None or os.path.realpath(state.state_dir) == wanted:
+            return state
+    return None
+
+
+def recent_events(state: PipelineState, limit: int = RECENT_EVENTS) -> list[dict[str, Any]]:
+    """The last ``limit`` audit-log events, newest first."""
+    return list(reversed(state.read_audit()[-limit:]))
+
+
+def dlq(state: PipelineState, sample: int = DLQ_SAMPLE) -> dict[str, Any]:
+    """The DLQ's summary (count, positions, error codes, nodes) and its last ``sample`` records."""
+    entries = dlq_tools.read_dlq(state.dlq_dir)
+    summary = dlq_tools.summarize(entries)
+    summary["sample"] = [
+        {**entry.to_dict(), "position": dlq_tools.position_text(entry.position)}
+        for entry in entries[-sample:]
+    ]
+    return summary
+
+
+def read_metrics(state: PipelineState) -> dict[str, float]:
+    """The samples of the pipeline's ``metrics.prom`` (``{'name{labels}': value}``); empty if none."""
+    path = Path(state.root) / METRICS_FILE
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            values[key] = float(value)
+        except ValueError:
+            continue
+    return values
+
+
+def details(state: PipelineState) -> dict[str, Any]:
+    """Everything the pipeline page shows, as JSON-ready data."""
+    return {
+        **overview(state).to_dict(),
+        "exit": state.read_exit_payload(),
+        "events": recent_events(state),
+        "dlq": dlq(state),
+        "metrics": read_metrics(state),
+    }
