@@ -57,6 +57,8 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
         F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
     ]
-    ordered = records.orderBy("_seq").select(*as_text).persist()
+    # One partition sorted by _seq is source order; a global orderBy would run a sampling job that
+    # evaluates the batch (and the engine's record counts) a second time.
+    ordered = records.repartition(1).sortWithinPartitions("_seq").select(*as_text).persist()
     ordered.write.format("noop").mode("overwrite").save()  # computed now, while the batch is decided
     return StagedCall(ordered, str(settings["function"]), settings.get("path"), delivery)
