@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from airflow_conduit import operator_cli
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, EXIT_TRANSIENT
 from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState, list_pipelines
 
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     stop = commands.add_parser("stop", help="ask a running pipeline to stop gracefully")
     stop.add_argument("pipeline", metavar="PIPELINE_ID")
     stop.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR")
+    operator_cli.add_commands(commands)  # inspect, ack, replay
     return parser
 
 
@@ -100,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "status": cmd_status,
         "dlq": cmd_dlq,
         "stop": cmd_stop,
+        **operator_cli.HANDLERS,
     }
     return handler[args.command](args)
 

@@ -12,10 +12,12 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     dlq/            the DLQ records of every run, OpenCDC JSON lines (the queryable DLQ store)
     window.json     the DLQ nack window, carried across batches and runs
     stop            present while a graceful stop is requested
+    acked.jsonl     positions acknowledged by ``airflow-conduit ack``: the engine skips those records
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import tempfile
@@ -97,6 +99,10 @@ class PipelineState:
     def stop_file(self) -> Path:
         return self.root / "stop"
 
+    @property
+    def acked_file(self) -> Path:
+        return self.root / "acked.jsonl"
+
     # status -------------------------------------------------------------------------------------
     def read_status(self) -> dict[str, Any] | None:
         return read_json(self.status_file)
@@ -149,6 +155,47 @@ class PipelineState:
             marker.parent.mkdir(parents=True, exist_ok=True)
             marker.write_text(value + "\n")
             return value
+
+    # acknowledged poison records ----------------------------------------------------------------
+    def ack(
+        self, position: bytes, *, reason: str = "", user: str = "", source: str | None = None
+    ) -> dict[str, Any]:
+        """Acknowledge the record at ``position`` without writing it (of ``source`` only, or of any
+        source); one line appended to ``acked.jsonl`` and an ``acked`` audit event."""
+        entry = {
+            "time": utc_now(),
+            "position": base64.b64encode(position).decode("ascii"),
+            "position_text": position.decode(errors="replace"),
+            "source": source,
+            "reason": reason,
+            "user": user,
+        }
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self.acked_file.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry) + "\n")
+        self.audit("acked", position=entry["position_text"], source=source, reason=reason, user=user)
+        return entry
+
+    def read_acked(self) -> list[dict[str, Any]]:
+        try:
+            lines = self.acked_file.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in lines:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line
+        return entries
+
+    def acked_positions(self, source_id: str | None = None) -> set[bytes]:
+        """Positions acknowledged for ``source_id`` (acks without a source apply to every source)."""
+        return {
+            base64.b64decode(e["position"])
+            for e in self.read_acked()
+            if e.get("source") in (None, source_id) or source_id is None
+        }
 
     # graceful stop requests ---------------------------------------------------------------------
     def request_stop(self) -> None:

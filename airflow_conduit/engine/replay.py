@@ -1,0 +1,335 @@
+"""``airflow-conduit replay``: push a pipeline's DLQ records back through its processors and destinations.
+
+The replay is the pipeline itself with its sources replaced: a ``builtin:file`` source reads replay files
+written from the DLQ (one DLQ record per line, as stored) one record per micro-batch, and a first
+processor (:func:`unwrap_dlq_record`, Conduit's ``unwrap.opencdc``) turns each line back into the failed
+record, its ``.Payload.After``. Everything lives under ``STATE/PIPELINE/replay/``::
+
+    inbox/            replay files, written atomically; the replay source reads them in name order
+    PIPELINE/         the replay's own state dir: checkpoint, DLQ (records that failed again), audit log
+    replayed.jsonl    the DLQ entries replayed successfully: a later replay skips them
+
+The replay checkpoint makes a repeated replay resume where the last one stopped, so nothing is written
+twice; a DLQ entry is identified by its DLQ file and line. Entries that fail again land in the replay's
+DLQ and are queued again by the next ``replay`` (after the cause was fixed).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import getpass
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
+from airflow_conduit.dlq_tools import REPLAY_OF, DLQEntry, position_text, read_dlq, write_replay
+from airflow_conduit.errors import EXIT_STOPPED
+from airflow_conduit.offsets import OffsetLog
+from airflow_conduit.state import PipelineState
+
+REPLAY_ENTRY = "conduit.replay.entry"
+"""Metadata of a replay line (the DLQ record): which DLQ entry (``FILE:LINE``) it replays."""
+SOURCE_ID = "replay-dlq"
+UNWRAP_ID = "replay-unwrap"
+UNWRAP_FUNCTION = "airflow_conduit.engine.replay:unwrap_dlq_record"
+
+
+# the unwrap processor (runs on the executors) -----------------------------------------------------
+def _data(value: Any) -> Any:
+    """OpenCDC JSON keeps raw data as base64 text and structured data as JSON values."""
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return value.encode()
+    return value
+
+
+def unwrap_dlq_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``custom.python`` processor: a replay line (a DLQ record as stored) back into the failed record.
+
+    The result keeps the replay source's position, which names the replay line (so a record that fails
+    again is traced to its DLQ entry), and gets the original position in ``conduit.replay.of``.
+    """
+    line = (record.get("payload") or {}).get("after")
+    if isinstance(line, bytes | bytearray):
+        line = bytes(line).decode("utf-8")
+    wrapper = json.loads(line) if isinstance(line, str) else line
+    failed = (wrapper.get("payload") or {}).get("after") if isinstance(wrapper, Mapping) else None
+    if isinstance(failed, str):  # a DLQ that stores the failed record as raw JSON text
+        failed = json.loads(failed)
+    if not isinstance(failed, Mapping):
+        raise ValueError("replay line is not a DLQ record with the failed record in .Payload.After")
+    metadata = {str(k): str(v) for k, v in (failed.get("metadata") or {}).items()}
+    metadata[REPLAY_OF] = position_text(failed.get("position")) or ""
+    payload = failed.get("payload") or {}
+    return {
+        "position": record.get("position"),
+        "operation": failed.get("operation") or "create",
+        "metadata": metadata,
+        "key": _data(failed.get("key")),
+        "payload": {"before": _data(payload.get("before")), "after": _data(payload.get("after"))},
+    }
+
+
+# bookkeeping (plain Python) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ReplayLine:
+    file: str
+    offset: int
+    entry: str
+    """The DLQ entry it replays, ``FILE:LINE``."""
+
+    @property
+    def position(self) -> str:
+        """The replay source's position of this line, as text."""
+        return f"{self.file}:{self.offset}"
+
+
+@dataclass(frozen=True)
+class ReplayPaths:
+    state: PipelineState
+    """The pipeline's own state."""
+
+    @property
+    def root(self) -> Path:
+        return self.state.root / "replay"
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    @property
+    def replay_state(self) -> PipelineState:
+        return PipelineState(self.root, self.state.pipeline_id)
+
+    @property
+    def replayed_file(self) -> Path:
+        return self.root / "replayed.jsonl"
+
+
+def entry_id(entry: DLQEntry) -> str:
+    return f"{entry.file}:{entry.line}"
+
+
+def queued_lines(inbox: Path) -> list[ReplayLine]:
+    """Every line of the replay files, in the order the replay source reads them."""
+    if not inbox.is_dir():
+        return []
+    lines = []
+    for path in sorted(p for p in inbox.iterdir() if p.is_file() and not p.name.startswith(("_", "."))):
+        offset = 0
+        for raw in path.read_bytes().splitlines(keepends=True):
+            try:
+                metadata = json.loads(raw).get("metadata") or {}
+            except ValueError:
+                metadata = {}
+            if REPLAY_ENTRY in metadata:
+                lines.append(ReplayLine(path.name, offset, metadata[REPLAY_ENTRY]))
+            offset += len(raw)
+    return lines
+
+
+def processed_ends(replay_state: PipelineState) -> dict[str, int]:
+    """Per replay file, the byte offset up to which the replay committed (acked every record)."""
+    log = OffsetLog.of(replay_state)
+    last = log.last_committed()
+    if last is None:
+        return {}
+    ends = log.read(last).ends
+    return dict((ends[0] or {}).get("files") or {}) if ends else {}
+
+
+def read_replayed(path: Path) -> set[str]:
+    """The DLQ entries (``FILE:LINE``) replayed successfully."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return {}
+    done = set()
+    for line in lines:
+        try:
+            done.add(json.loads(line)["entry"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line
+    return done
+
+
+@dataclass(frozen=True)
+class ReplayStatus:
+    """Where every DLQ entry that was ever queued stands."""
+
+    succeeded: frozenset[str]
+    failed: frozenset[str]
+    pending: frozenset[str]
+    processed_lines: frozenset[str]
+    """Positions (text) of replay lines the replay committed."""
+
+
+def replay_status(paths: ReplayPaths) -> ReplayStatus:
+    ends = processed_ends(paths.replay_state)
+    failed_positions = {position_text(e.position) for e in read_dlq(paths.replay_state.dlq_dir)}
+    latest: dict[str, ReplayLine] = {}
+    processed = set()
+    for line in queued_lines(paths.inbox):
+        latest[line.entry] = line  # a re-queued entry: its last line decides
+        if line.offset < ends.get(line.file, 0):
+            processed.add(line.position)
+    succeeded, failed, pending = set(read_replayed(paths.replayed_file)), set(), set()
+    for entry, line in latest.items():
+        if entry in succeeded:
+            continue
+        if line.position not in processed:
+            pending.add(entry)
+        elif line.position in failed_positions:
+            failed.add(entry)
+        else:
+            succeeded.add(entry)
+    return ReplayStatus(frozenset(succeeded), frozenset(failed), frozenset(pending), frozenset(processed))
+
+
+def replay_pipeline(pipeline: PipelineConfig, inbox: Path) -> PipelineConfig:
+    """The pipeline with its sources replaced by the replay files, read one record per micro-batch, and
+    the unwrap step first. Its DLQ takes every nack (window-size 0): a record that fails again is kept in
+    the replay's DLQ instead of stopping the replay."""
+    source = ConnectorConfig(
+        id=SOURCE_ID,
+        type="source",
+        plugin="builtin:file",
+        settings={"path": str(inbox), "maxRecordsPerBatch": 1},
+        node_id=f"{pipeline.id}:{SOURCE_ID}",
+    )
+    unwrap = ProcessorConfig(
+        id=UNWRAP_ID,
+        plugin="custom.python",
+        settings={"function": UNWRAP_FUNCTION, "path": None},
+        node_id=f"{pipeline.id}:{UNWRAP_ID}",
+    )
+    dlq = dataclasses.replace(
+        pipeline.dlq,
+        plugin="builtin:log",
+        settings={"level": "warn", "message": "replayed record failed again", "namespace": ".*"},
+        window_size=0,
+    )
+    return dataclasses.replace(
+        pipeline,
+        connectors=(source, *pipeline.destinations),
+        processors=(unwrap, *pipeline.processors),
+        dlq=dlq,
+    )
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    to_queue: tuple[DLQEntry, ...]
+    """New entries, and entries that failed again: written to a new replay file."""
+    pending: int
+    """Entries queued by an earlier replay that did not finish: the checkpoint resumes them."""
+    already_replayed: int
+    dlq_records: int
+
+
+def plan_replay(paths: ReplayPaths) -> ReplayPlan:
+    entries = read_dlq(paths.state.dlq_dir)
+    status = replay_status(paths)
+    to_queue = tuple(
+        e for e in entries if entry_id(e) not in status.succeeded and entry_id(e) not in status.pending
+    )
+    return ReplayPlan(to_queue, len(status.pending), len(status.succeeded), len(entries))
+
+
+def queue(paths: ReplayPaths, entries: tuple[DLQEntry, ...]) -> Path | None:
+    """Write the DLQ records of ``entries`` as a new replay file (the name sorts after earlier ones)."""
+    lines = []
+    for entry in entries:
+        record = dict(entry.dlq_record)
+        record["metadata"] = {**dict(entry.metadata), REPLAY_ENTRY: entry_id(entry)}
+        lines.append(record)
+    name = f"replay-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}.jsonl"
+    return write_replay(lines, paths.inbox, name=name)
+
+
+def replay_dlq(
+    spark: Any, pipeline: PipelineConfig, state_dir: str | Path, *, dry_run: bool = False
+) -> dict[str, Any]:
+    """Replay the pipeline's DLQ; returns the summary (also written to the pipeline's audit log).
+
+    :param spark: a SparkSession, or a function that makes one: called only when there is something to
+        replay (never with ``dry_run``)
+    :param pipeline: the pipeline as its file defines it now (with the fix, if the fix is in the file)
+    :param state_dir: the state dir the pipeline runs with
+    :param dry_run: only report what would be replayed
+    """
+    from airflow_conduit.engine.job import RunOptions
+    from airflow_conduit.engine.runner import run_pipeline
+
+    state = PipelineState(Path(state_dir), pipeline.id)
+    paths = ReplayPaths(state)
+    plan = plan_replay(paths)
+    summary: dict[str, Any] = {
+        "pipeline": pipeline.id,
+        "dlq_records": plan.dlq_records,
+        "already_replayed": plan.already_replayed,
+        "to_replay": len(plan.to_queue) + plan.pending,
+        "dry_run": dry_run,
+        "replay_dir": str(paths.root),
+    }
+    if dry_run:
+        summary["positions"] = [position_text(e.position) for e in plan.to_queue]
+        return summary
+    before = replay_status(paths)
+    if plan.to_queue:
+        queue(paths, plan.to_queue)
+    payload: dict[str, Any] | None = None
+    if plan.to_queue or plan.pending:
+        session = spark() if callable(spark) else spark
+        payload = run_pipeline(
+            session, replay_pipeline(pipeline, paths.inbox), paths.root, RunOptions(until_idle=True)
+        )
+    after = replay_status(paths)
+    newly = after.succeeded - before.succeeded
+    _record_replayed(paths, sorted(newly))
+    records = (payload or {}).get("records") or {}
+    # Failed entries are queued again above, so those failed now failed in this run.
+    failed_again = len(after.failed)
+    summary.update(
+        {
+            "replayed": len(after.processed_lines - before.processed_lines),
+            "delivered": len(newly) - int(records.get("filtered", 0)),
+            "filtered": int(records.get("filtered", 0)),
+            "failed_again": failed_again,
+            "remaining": len(after.pending),
+            "written": records.get("written", {}),
+            "exit_code": payload["exit_code"] if payload else EXIT_STOPPED,
+            "error": (payload or {}).get("error"),
+            "replay_dlq": str(paths.replay_state.dlq_dir),
+        }
+    )
+    state.audit(
+        "replayed",
+        user=_user(),
+        **{k: summary[k] for k in ("replayed", "delivered", "filtered", "failed_again", "remaining")},
+        error=summary["error"],
+    )
+    return summary
+
+
+def _record_replayed(paths: ReplayPaths, entries: list[str]) -> None:
+    if not entries:
+        return
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with paths.replayed_file.open("a", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps({"entry": e}) + "\n" for e in entries))
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
