@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui lint bench clean
+.PHONY: venv demo demo-cli test test-e2e cluster ui chaos lint bench clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,7 @@ demo-cli: $(STAMP)
 # make test: everything but the slow end-to-end Airflow runs of the real engine, which have their own
 # target (CI runs both).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster and not ui"
+	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster and not ui and not chaos"
 
 # The scale-out test: a Spark standalone master and worker on loopback, the same pipeline there and on
 # local[2] (tests/cluster is outside testpaths and marked cluster, so make test never starts it).
@@ -46,6 +46,10 @@ cluster: $(STAMP)
 # Playwright): an Airflow API server on loopback with a state dir of example pipelines.
 ui: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m ui tests/ui
+
+# Exactly once under SIGKILL at random moments and a PostgreSQL outage (tests/chaos, outside testpaths).
+chaos: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -s -m chaos tests/chaos
 
 test-e2e: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m engine tests/airflow

@@ -1,0 +1,188 @@
+"""Chaos: SIGKILL at random moments and a PostgreSQL outage, then every record exactly once.
+
+Runs alone (``make chaos``): each test starts the real CLI as a subprocess against a throwaway
+PostgreSQL cluster, many times, and prints the counts it verified. The seed of the random kill times is
+printed so a failing run can be repeated (``CHAOS_SEED``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import read_jsonl, text
+from tests.pgcluster import APP_PASSWORD
+
+pytestmark = pytest.mark.chaos
+
+CLI = [sys.executable, "-m", "airflow_conduit.cli"]
+RECORDS = 200_000
+PER_BATCH = 10_000
+
+TAG = """
+def tag(record):
+    record["payload"]["after"]["seq"] = int(record["key"])
+    return record
+"""
+
+PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: chaos
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings:
+          recordCount: {records}
+          maxRecordsPerBatch: {per_batch}
+          format.options.customer: string
+          format.options.amount: int
+      - {{id: files, type: destination, plugin: builtin:file, settings: {{path: "{out}"}}}}
+      - {{id: db, type: destination, plugin: builtin:postgres, settings: {{url: "{url}", table: events}}}}
+    processors:
+      - {{id: tag, plugin: custom.python, settings: {{function: "chaos_tag:tag", path: "{udf}"}}}}
+"""
+
+
+def write_pipeline(tmp_path: Path, url: str, records: int = RECORDS) -> Path:
+    udf = tmp_path / "udf"
+    udf.mkdir(exist_ok=True)
+    (udf / "chaos_tag.py").write_text(TAG)
+    pipeline = tmp_path / "chaos.yaml"
+    pipeline.write_text(
+        PIPELINE.format(records=records, per_batch=PER_BATCH, out=tmp_path / "out", url=url, udf=udf)
+    )
+    return pipeline
+
+
+def create_table(pg, database: str) -> str:
+    url = pg.create_database(database)
+    # No unique constraint: a batch written twice would show as duplicate seqs.
+    pg.execute("CREATE TABLE events (seq bigint, customer text, amount bigint)", database)
+    pg.execute("GRANT ALL ON events TO conduit", database)
+    return url
+
+
+def start_run(pipeline: Path, state: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def log_entries(state: Path, kind: str) -> set[int]:
+    directory = state / "chaos" / "checkpoint" / kind
+    return {int(p.name) for p in directory.glob("*") if p.name.isdigit()} if directory.exists() else set()
+
+
+def wait_until(condition, timeout: float, process: subprocess.Popen | None = None) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if process is not None and process.poll() is not None:
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def verify_exactly_once(tmp_path: Path, pg, database: str, records: int) -> None:
+    file_keys = Counter(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
+    db_rows = pg.execute("SELECT seq, count(*) FROM events GROUP BY seq", database)
+    db_keys = Counter({seq: n for seq, n in db_rows})
+    expected = set(range(records))
+    print(
+        f"\nverified: file destination {sum(file_keys.values())} records, {len(file_keys)} distinct; "
+        f"postgres {sum(db_keys.values())} rows, {len(db_keys)} distinct; expected {records}"
+    )
+    assert set(file_keys) == expected, "file destination: records lost or unexpected"
+    assert set(db_keys) == expected, "postgres destination: records lost or unexpected"
+    assert [k for k, n in file_keys.items() if n > 1] == [], "file destination: duplicates"
+    assert [k for k, n in db_keys.items() if n > 1] == [], "postgres destination: duplicates"
+    # Per-source order at the file destination: delivery order is source order.
+    ordered = [int(text(r["key"])) for r in read_jsonl(tmp_path / "out")]
+    assert ordered == sorted(ordered)
+
+
+def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
+    print(f"\nCHAOS_SEED={seed}")
+    rng = random.Random(seed)
+    url = create_table(pg, "chaos_kill")
+    pipeline = write_pipeline(tmp_path, url)
+    state, log = tmp_path / "state", tmp_path / "runs.log"
+    kills, kill_points = 0, []
+    while kills < 6:
+        committed = log_entries(state, "commits")
+        if len(committed) * PER_BATCH >= RECORDS:
+            break
+        process = start_run(pipeline, state, log)
+        try:
+            # Wait for a batch to be under way (its offsets logged), then kill at a random moment of it:
+            # while the destinations stage, between their publishes, or between publish and commit.
+            started = wait_until(lambda done=committed: log_entries(state, "offsets") - done, 180, process)
+            if started:
+                time.sleep(rng.uniform(0.0, 2.5))
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                kills += 1
+                kill_points.append((len(log_entries(state, "offsets")), len(log_entries(state, "commits"))))
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    print(f"killed {kills} times at (offsets logged, batches committed): {kill_points}")
+    assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
+    final = subprocess.run(
+        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+    verify_exactly_once(tmp_path, pg, "chaos_kill", RECORDS)
+
+
+def test_postgres_stopped_mid_run_is_transient_and_the_restart_completes(pg, tmp_path):
+    records = 60_000
+    url = create_table(pg, "chaos_outage")
+    pipeline = write_pipeline(tmp_path, url, records)
+    state, log = tmp_path / "state", tmp_path / "runs.log"
+    process = start_run(pipeline, state, log)
+    try:
+        assert wait_until(lambda: len(log_entries(state, "commits")) >= 1, 300, process), log.read_text()[
+            -3000:
+        ]
+        pg.stop("immediate")  # the database goes away without warning
+        try:
+            process.wait(timeout=300)
+        finally:
+            pg.start()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 75, log.read_text()[-3000:]
+    exit_text = (state / "chaos" / "exit.json").read_text()
+    error = json.loads(exit_text)["error"]
+    assert error["kind"] == "transient" and "unreachable" in error["message"], error
+    assert APP_PASSWORD not in log.read_text() + exit_text  # the password never shows
+    final = subprocess.run(
+        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+    verify_exactly_once(tmp_path, pg, "chaos_outage", records)
