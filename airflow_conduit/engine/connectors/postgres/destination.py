@@ -43,6 +43,7 @@ to fix). Messages never contain the password.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -164,15 +165,23 @@ def staging_frame(records: DataFrame, settings: dict[str, Any]) -> DataFrame:
             "CASE WHEN err IS NULL THEN key_value END AS key",
             "CASE WHEN err IS NULL AND operation <> 'delete' THEN to_json(after) END AS after",
             "err",
+            # The field names, for the batch summary (which columns to write): cheap on VARIANT, where
+            # PostgreSQL would have to take every jsonb value apart again.
+            "CASE WHEN err IS NULL AND operation <> 'delete' THEN "
+            "to_json(map_keys(try_variant_get(after, '$', 'map<string,variant>'))) END AS fields",
         )
     )
 
 
-_COPY_RESULT = pa.schema([("rows", pa.int64())])
+_SUMMARY = pa.schema(
+    [("tbl", pa.string()), ("op", pa.string()), ("fields", pa.string()), ("rows", pa.int64())]
+)
+"""What the executors report: per (table, operation, field names) of the rows to apply, how many."""
 
 
 def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``.
+    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``, and
+    summarise them (:data:`_SUMMARY`).
 
     CSV is produced by Arrow's writer (every non-null value quoted, so an empty string stays distinct
     from NULL); psycopg passes the bytes through. The partition commits as a whole: a failed task leaves
@@ -184,6 +193,7 @@ def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch
         import itertools
 
         import psycopg
+        import pyarrow.compute as pc
         import pyarrow.csv as pa_csv
         from psycopg import sql
 
@@ -191,7 +201,7 @@ def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch
         statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
             sql.Identifier(staging), sql.SQL(", ").join(map(sql.Identifier, STAGING_COLUMNS))
         )
-        rows = 0
+        summaries = []
         batches = (b for b in batches if b.num_rows)
         first = next(batches, None)
         if first is not None:  # connect only for partitions with rows: filters leave many empty
@@ -202,15 +212,22 @@ def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch
                 ):
                     for batch in itertools.chain([first], batches):
                         buffer = io.BytesIO()
-                        pa_csv.write_csv(batch, buffer, options)
+                        pa_csv.write_csv(batch.select(list(STAGING_COLUMNS)), buffer, options)
                         copier.write(buffer.getbuffer())
-                        rows += batch.num_rows
+                        summaries.append(
+                            pa.Table.from_batches([batch.select(["tbl", "op", "fields", "seq"])])
+                            .filter(pc.is_null(batch.column("err")))
+                            .group_by(["tbl", "op", "fields"])
+                            .aggregate([("seq", "count")])
+                        )
                 # Leaving the connection's block committed the partition's rows.
             except psycopg.Error as error:
                 raise RuntimeError(
                     f"{_COPY_FAILED} [{error.sqlstate or ''}] {redact(str(error), url)}"
                 ) from None
-        yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], schema=_COPY_RESULT)
+        for summary in summaries:
+            columns = [summary.column(name) for name in ("tbl", "op", "fields", "seq_count")]
+            yield pa.RecordBatch.from_arrays([c.combine_chunks() for c in columns], schema=_SUMMARY)
 
     return copy
 
@@ -337,92 +354,118 @@ def _target(cur: Any, name: str, key: str) -> _Target:
     return _Target(name, tuple(c for c, _, generated in rows if not generated), types.get(key, ""))
 
 
+@dataclass
+class _TableBatch:
+    """What the batch holds for one table, from the executors' summary."""
+
+    fields: set[str] = field(default_factory=set)
+    deletes: bool = False
+    upserts: bool = False
+
+
+def summarise(rows: list[Any]) -> dict[str, _TableBatch]:
+    """The executors' summary rows (:data:`_SUMMARY`) per table."""
+    tables: dict[str, _TableBatch] = {}
+    for row in rows:
+        table = tables.setdefault(row.tbl, _TableBatch())
+        if row.op == "delete":
+            table.deletes = True
+        else:
+            table.upserts = True
+            table.fields.update(json.loads(row.fields) if row.fields else ())
+    return tables
+
+
+_ALL = (-(2**63), 2**63 - 1)
+"""The whole seq range."""
+
+
 def _apply_range(
-    cur: Any, staging: str, target: _Target, fields: list[str], key: str, lo: int, hi: int
+    cur: Any, staging: str, target: _Target, batch: _TableBatch, key: str, lo: int, hi: int
 ) -> int:
     """Apply the staged rows of ``target`` with ``lo <= seq < hi``; the rows affected."""
     from psycopg import sql
 
     table = _table_ident(target.name)
     stage = sql.Identifier(staging)
-    written = [c for c in target.columns if c in fields or c == key]
+    written = [c for c in target.columns if c in batch.fields or c == key]
     cols = sql.SQL(", ").join(map(sql.Identifier, written))
     picked = sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in written)
     where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
     params = {"tbl": target.name, "lo": lo, "hi": hi}
     if not key:
-        # Source order; DISTINCT ON drops rows a retried Spark task copied twice.
+        # Source order; DISTINCT ON drops rows a retried Spark task copied twice (the sort is needed
+        # for the order anyway).
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
             "(SELECT DISTINCT ON (s.seq) s.seq, s.after FROM {stage} s WHERE {where} ORDER BY s.seq) x "
             "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, x.after) r ORDER BY x.seq"
         ).format(table=table, cols=cols, picked=picked, stage=stage, where=where)
         return cur.execute(statement, params).rowcount
-    # The net effect per key: its last operation in the batch.
+    # The net effect per key: its last operation in the batch. The key is compared as the column's type.
     latest = sql.SQL(
         "SELECT DISTINCT ON (k) k, op, after FROM "
         "(SELECT (s.key #>> '{{}}')::{ktype} AS k, s.op, s.after, s.seq FROM {stage} s WHERE {where}) y "
         "ORDER BY k, seq DESC"
     ).format(ktype=sql.SQL(target.key_type), stage=stage, where=where)
     kcol = sql.Identifier(key)
-    affected = cur.execute(
-        sql.SQL(
-            "WITH latest AS ({latest}) DELETE FROM {table} t USING latest l WHERE l.op = 'delete' AND t.{k} = l.k"
-        ).format(latest=latest, table=table, k=kcol),
-        params,
-    ).rowcount
-    updates = [c for c in written if c != key]
-    on_conflict = (
-        sql.SQL("DO UPDATE SET {}").format(
-            sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates)
+    affected = 0
+    if batch.deletes:
+        affected += cur.execute(
+            sql.SQL(
+                "WITH latest AS ({latest}) DELETE FROM {table} t USING latest l "
+                "WHERE l.op = 'delete' AND t.{k} = l.k"
+            ).format(latest=latest, table=table, k=kcol),
+            params,
+        ).rowcount
+    if batch.upserts:
+        updates = [c for c in written if c != key]
+        on_conflict = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates)
+            )
+            if updates
+            else sql.SQL("DO NOTHING")
         )
-        if updates
-        else sql.SQL("DO NOTHING")
-    )
-    affected += cur.execute(
-        sql.SQL(
-            "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest l "
-            "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, l.after || jsonb_build_object({kname}, l.k)) r "
-            "WHERE l.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
-        ).format(
-            latest=latest,
-            table=table,
-            cols=cols,
-            picked=picked,
-            kname=sql.Literal(key),
-            k=kcol,
-            on_conflict=on_conflict,
-        ),
-        params,
-    ).rowcount
+        affected += cur.execute(
+            sql.SQL(
+                "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest l "
+                "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, l.after || jsonb_build_object({kname}, l.k)) r "
+                "WHERE l.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
+            ).format(
+                latest=latest,
+                table=table,
+                cols=cols,
+                picked=picked,
+                kname=sql.Literal(key),
+                k=kcol,
+                on_conflict=on_conflict,
+            ),
+            params,
+        ).rowcount
     return affected
 
 
 class _Applier:
-    """Applies the staged batch; on a data error bisects the seq range down to the refused records."""
+    """Applies the staged batch in bulk; on a data error bisects the seq range down to the records
+    PostgreSQL refuses, applying everything else in source order."""
 
     def __init__(self, cur: Any, url: str, staging: str, key: str) -> None:
         self.cur, self.url, self.staging, self.key = cur, url, staging, key
-        self.targets: list[tuple[_Target, list[str]]] = []
+        self.targets: list[tuple[_Target, _TableBatch]] = []
         self.nacks: list[tuple[int, str]] = []
         self.applied = 0
 
     def _apply(self, lo: int, hi: int) -> None:
-        for target, fields in self.targets:
-            self.applied += _apply_range(self.cur, self.staging, target, fields, self.key, lo, hi)
+        for target, batch in self.targets:
+            self.applied += _apply_range(self.cur, self.staging, target, batch, self.key, lo, hi)
 
-    def run(self, seqs: list[int]) -> None:
-        if seqs:
-            self._bisect(seqs, 0, len(seqs))
-
-    def _bisect(self, seqs: list[int], first: int, last: int) -> None:
+    def _try(self, lo: int, hi: int) -> BaseException | None:
+        """Apply ``[lo, hi)`` under a savepoint; the data error that undid it, if any."""
         import psycopg
 
-        lo = seqs[first]
-        hi = seqs[last] if last < len(seqs) else seqs[-1] + 1
-        cur = self.cur
+        cur, applied = self.cur, self.applied
         cur.execute("SAVEPOINT conduit_apply")
-        applied = self.applied
         try:
             self._apply(lo, hi)
         except psycopg.Error as error:
@@ -431,61 +474,80 @@ class _Applier:
             cur.execute("ROLLBACK TO SAVEPOINT conduit_apply")
             cur.execute("RELEASE SAVEPOINT conduit_apply")
             self.applied = applied
-            if last - first == 1:
-                message = getattr(error.diag, "message_primary", None) or str(error).splitlines()[0]
-                self.nacks.append((lo, f"postgres: {redact(message, self.url)}"))
-                return
-            middle = (first + last) // 2
-            self._bisect(seqs, first, middle)
-            self._bisect(seqs, middle, last)
-            return
+            return error
         cur.execute("RELEASE SAVEPOINT conduit_apply")
+        return None
+
+    def run(self) -> None:
+        from psycopg import sql
+
+        if self._try(*_ALL) is None:
+            return  # the common case: one statement per table and operation kind
+        seqs = [
+            row[0]
+            for row in self.cur.execute(
+                sql.SQL("SELECT DISTINCT seq FROM {} WHERE err IS NULL ORDER BY seq").format(
+                    sql.Identifier(self.staging)
+                )
+            ).fetchall()
+        ]
+        self._bisect(seqs, 0, len(seqs))
+
+    def _bisect(self, seqs: list[int], first: int, last: int) -> None:
+        lo = seqs[first]
+        hi = seqs[last] if last < len(seqs) else _ALL[1]
+        error = self._try(lo, hi)
+        if error is None:
+            return
+        if last - first == 1:
+            message = getattr(error.diag, "message_primary", None) or str(error).splitlines()[0]
+            self.nacks.append((lo, f"postgres: {redact(message, self.url)}"))
+            return
+        middle = (first + last) // 2
+        self._bisect(seqs, first, middle)
+        self._bisect(seqs, middle, last)
 
 
-def _apply_batch(conn: Any, url: str, staging: str, key: str) -> tuple[list[tuple[int, str]], int]:
+def _apply_batch(
+    conn: Any, url: str, staging: str, key: str, tables: dict[str, _TableBatch]
+) -> tuple[list[tuple[int, str]], int]:
     """Apply the staging table inside the open transaction; ``(nacks, rows affected)``."""
     from psycopg import sql
 
     cur = conn.cursor()
+    # The apply sorts the batch (source order, last operation per key): keep the sort in memory.
+    cur.execute("SET LOCAL work_mem = '64MB'")
     stage = sql.Identifier(staging)
     applier = _Applier(cur, url, staging, key)
-    fields_by_table = dict(
-        cur.execute(
-            sql.SQL(
-                "SELECT s.tbl, coalesce((SELECT array_agg(DISTINCT f) FROM {stage} a, jsonb_object_keys(a.after) f "
-                "WHERE a.tbl = s.tbl AND a.err IS NULL AND jsonb_typeof(a.after) = 'object'), '{{}}') "
-                "FROM (SELECT DISTINCT tbl FROM {stage} WHERE err IS NULL) s"
-            ).format(stage=stage)
-        ).fetchall()
-    )
-    for name in sorted(fields_by_table):
+    for name in sorted(tables):
         target = _target(cur, name, key)
-        fields = list(fields_by_table[name])
-        unknown = sorted(set(fields) - set(target.columns) - {key})
-        known = [f for f in fields if f in target.columns]
-        if unknown:
-            # Nack the records that set a column the table does not have, as PostgreSQL would.
-            for column in unknown:
-                cur.execute(
-                    sql.SQL(
-                        "UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL AND after ? %s"
-                    ).format(stage=stage),
-                    (f'postgres: column "{column}" of relation "{name}" does not exist', name, column),
-                )
-        applier.targets.append((target, known))
-    seqs = [
-        row[0]
-        for row in cur.execute(
-            sql.SQL("SELECT DISTINCT seq FROM {stage} WHERE err IS NULL ORDER BY seq").format(stage=stage)
-        ).fetchall()
-    ]
-    if seqs:
-        applier.run(seqs)
+        batch = tables[name]
+        unknown = sorted(batch.fields - set(target.columns) - {key})
+        # Nack the records that set a column the table does not have, as PostgreSQL would refuse them.
+        for column in unknown:
+            cur.execute(
+                sql.SQL("UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL AND after ? %s").format(
+                    stage=stage
+                ),
+                (f'postgres: column "{column}" of relation "{name}" does not exist', name, column),
+            )
+        batch.fields &= set(target.columns)
+        if not key and batch.upserts and not batch.fields:
+            cur.execute(
+                sql.SQL("UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL").format(stage=stage),
+                (f'postgres: .Payload.After sets no column of relation "{name}"', name),
+            )
+            continue
+        applier.targets.append((target, batch))
+    applier.run()
     refused = cur.execute(
         sql.SQL("SELECT DISTINCT seq, err FROM {stage} WHERE err IS NOT NULL").format(stage=stage)
     ).fetchall()
     nacks = sorted([(int(seq), str(err)) for seq, err in refused] + applier.nacks)
     return nacks, applier.applied
+
+
+_SUMMARY_DDL = "tbl string, op string, fields string, rows bigint"
 
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
@@ -503,13 +565,12 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
         raise classify(error, url, context) from None
     rows = staging_frame(records, settings)
     try:
-        rows.mapInArrow(copy_partitions(url, staging), "rows bigint").collect()
+        tables = summarise(rows.mapInArrow(copy_partitions(url, staging), _SUMMARY_DDL).collect())
     except Exception as error:
         text = str(error)
-        if _COPY_FAILED not in text:
-            _drop_staging(url, staging)
-            raise
         _drop_staging(url, staging)
+        if _COPY_FAILED not in text:
+            raise
         detail = text[text.index(_COPY_FAILED) + len(_COPY_FAILED) :].strip().splitlines()[0]
         raise TransientError(
             f"{context}: copying the batch into the staging table failed: {redact(detail, url)}",
@@ -525,7 +586,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
             conn.rollback()
             _drop_staging(url, staging)
             return staged
-        staged.nacks, staged.applied = _apply_batch(conn, url, staging, key)
+        staged.nacks, staged.applied = _apply_batch(conn, url, staging, key, tables)
         _store_marker(cur, delivery)
         cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
     except BaseException as error:
