@@ -36,8 +36,10 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -55,12 +57,14 @@ from airflow_conduit.engine.connectors.postgres.test_decoding import (
     columns_json,
     lsn_to_int,
     parse_row,
+    table_of,
 )
 from airflow_conduit.errors import Code, ConduitError, FatalError, TransientError
 from airflow_conduit.record import META_COLLECTION
 
 META_TABLE = "postgres.table"
 PLUGIN_OPTIONS = ("skip-empty-xacts", "1")
+ARROW_ROWS = 10_000
 _OBJECT_IN_USE = "55006"  # the slot is active in another session
 
 
@@ -338,8 +342,7 @@ def cdc_end(
         last: str | None = None
         for lsn, data in rows:
             if data.startswith("table "):
-                change = parse_row(data)
-                is_ours = isinstance(change, Change) and change.table in tables
+                is_ours = table_of(data) in tables
                 pending_relevant += is_ours
                 pending_unrelated += not is_ours
             elif data.startswith("COMMIT"):
@@ -375,9 +378,11 @@ def read_changes(
     query = "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, %s, %s)"
     for lsn, data in cursor.stream(query, (config.slot, end, *PLUGIN_OPTIONS)):
         if data.startswith("table "):
-            change = parse_row(data)
-            if isinstance(change, Change) and change.table in tables:
-                pending.append((tables[change.table], change))
+            table = tables.get(table_of(data) or "")
+            if table is not None:
+                change = parse_row(data)
+                assert isinstance(change, Change)
+                pending.append((table, change))
             continue
         if not data.startswith("COMMIT"):
             continue
@@ -547,13 +552,13 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ]
         return [_Batch(config, tables, "cdc", lsn_from=start["lsn"], lsn_to=end["lsn"])]
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Batch)
         config = partition.config
         with _classified(config.url, "postgres source: cannot read"):
             conn = _connect(config.url)
             try:
-                yield from _read_batch(conn, partition)
+                yield from _arrow_batches(_read_batch(conn, partition))
             finally:
                 conn.close()
 
@@ -570,6 +575,32 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 conn.execute(
                     "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.config.slot, end["lsn"])
                 )
+
+
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("position", pa.binary()),
+        ("operation", pa.string()),
+        ("metadata", pa.map_(pa.string(), pa.string())),
+        ("key_json", pa.string()),
+        ("key_raw", pa.binary()),
+        ("before_json", pa.string()),
+        ("before_raw", pa.binary()),
+        ("after_json", pa.string()),
+        ("after_raw", pa.binary()),
+    ]
+)
+
+
+def _arrow_batches(records: Iterator[tuple]) -> Iterator[pa.RecordBatch]:
+    """Records as Arrow batches of ARROW_ROWS: Spark takes them without converting row by row."""
+    while True:
+        chunk = list(islice(records, ARROW_ROWS))
+        if not chunk:
+            return
+        columns = list(zip(*chunk, strict=True))
+        arrays = [pa.array(values, field.type) for values, field in zip(columns, _ARROW_SCHEMA, strict=True)]
+        yield pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
 
 
 def _max_of(conn: Any, table: Table, column: str) -> str | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 UNCHANGED_TOAST = "unchanged-toast-datum"
@@ -102,9 +103,14 @@ def json_fragment(type_name: str, text: str | None) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+@lru_cache(maxsize=4096)
+def _name_json(name: str) -> str:
+    return json.dumps(name, ensure_ascii=False)
+
+
 def columns_json(columns: tuple[Column, ...] | list[Column]) -> str:
     """Columns as one JSON object; unchanged TOASTed values are left out (their value is unknown)."""
-    parts = [f"{json.dumps(c.name, ensure_ascii=False)}:{c.json()}" for c in columns if not c.toasted]
+    parts = [f"{_name_json(c.name)}:{c.json()}" for c in columns if not c.toasted]
     return "{" + ",".join(parts) + "}"
 
 
@@ -170,7 +176,11 @@ class _Cursor:
 def _parse_change(data: str) -> Change:
     # "table " QUALIFIED_NAME ": " ACTION ":" ...; a quoted name may itself hold ": ".
     cur = _Cursor(data, len("table "))
-    table = _qualified_name(cur)
+    end = data.find(": ", cur.pos)
+    if end > 0 and '"' not in data[cur.pos : end]:
+        table, cur.pos = data[cur.pos : end], end  # the common case: no quoted identifiers
+    else:
+        table = _qualified_name(cur)
     cur.expect(": ")
     action = cur.until(":")
     cur.expect(":")
@@ -208,32 +218,47 @@ def _qualified_name(cur: _Cursor) -> str:
     return cur.text[start : cur.pos]
 
 
+# One column: NAME[TYPE]:VALUE, NAME bare or "quoted", VALUE 'quoted', B'bits' or a bare token.
+_COLUMN = re.compile(
+    r"""(?:"(?P<qname>[^"]*(?:""[^"]*)*)"|(?P<name>[^\["\s]+))\[(?P<type>.+?)\]:"""
+    r"""(?:'(?P<quoted>[^']*(?:''[^']*)*)'|B'(?P<bits>[01]*)'|(?P<bare>[^\s']+))(?: |$)"""
+)
+
+
 def _columns(cur: _Cursor, stop_at: str | None = None) -> tuple[Column, ...]:
     columns = []
-    while not cur.at_end() and not (stop_at and cur.startswith(stop_at)):
-        name = cur.quoted('"') if cur.startswith('"') else cur.until("[")
-        cur.expect("[")
-        type_name = cur.until("]:")
-        cur.expect("]:")
-        columns.append(_value(cur, name, type_name))
+    text, match_at = cur.text, _COLUMN.match
+    while cur.pos < len(text) and not (stop_at and text.startswith(stop_at, cur.pos)):
+        m = match_at(text, cur.pos)
+        if m is None:
+            raise ParseError(f"expected a column at {cur.pos}: {text[cur.pos : cur.pos + 40]!r}")
+        name = m["name"] if m["qname"] is None else m["qname"].replace('""', '"')
+        type_name = m["type"]
+        if m["quoted"] is not None:
+            columns.append(Column(name, type_name, m["quoted"].replace("''", "'")))
+        elif m["bits"] is not None:
+            columns.append(Column(name, type_name, m["bits"]))
+        elif m["bare"] == "null":
+            columns.append(Column(name, type_name, None))
+        elif m["bare"] == UNCHANGED_TOAST:
+            columns.append(Column(name, type_name, None, toasted=True))
+        else:
+            columns.append(Column(name, type_name, m["bare"]))
+        cur.pos = m.end()
         cur.skip_spaces()
     return tuple(columns)
 
 
-def _value(cur: _Cursor, name: str, type_name: str) -> Column:
-    if cur.startswith("'"):
-        return Column(name, type_name, cur.quoted("'"))
-    if cur.startswith("B'"):  # bit strings: B'0101'
-        cur.pos += 1
-        return Column(name, type_name, cur.quoted("'"))
-    end = cur.text.find(" ", cur.pos)
-    end = len(cur.text) if end < 0 else end
-    token, cur.pos = cur.text[cur.pos : end], end
-    if token == "null":
-        return Column(name, type_name, None)
-    if token == UNCHANGED_TOAST:
-        return Column(name, type_name, None, toasted=True)
-    return Column(name, type_name, token)
+def table_of(data: str) -> str | None:
+    """The table a change row names, cheaply (no column parsing); None for other rows."""
+    if not data.startswith("table "):
+        return None
+    end = data.find(": ", 6)
+    name = data[6:end]
+    if end < 0 or '"' in name:  # quoted names may hold ": " themselves
+        change = parse_row(data)
+        return change.table if isinstance(change, Change) else None
+    return name
 
 
 def unquote_identifier(name: str) -> str:
