@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import uuid
 from typing import Any
@@ -92,11 +93,15 @@ def staging_tables(pg, url: str) -> list[tuple]:
 # --- writing ----------------------------------------------------------------------------------------------
 
 
-def test_insert_without_key_in_source_order(spark, pg, db):
+def test_insert_without_key_in_source_order(spark, pg, db, caplog):
     rows(pg, db, "CREATE TABLE items (id serial PRIMARY KEY, name text, qty int, note text DEFAULT 'dflt')")
     rows(pg, db, f"ALTER TABLE items OWNER TO {APP_USER}")
     records = [record(after={"name": f"n{i}", "qty": i}) for i in range(7)]
-    staged = write(spark, records, {"url": db, "table": "items"})
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = write(spark, records, {"url": db, "table": "items"})
+    # The destination logs where it wrote, never the password.
+    assert "conduit:***@127.0.0.1" in caplog.text and "7 rows affected" in caplog.text
+    assert APP_PASSWORD not in caplog.text
     assert staged.nacks == []
     got = rows(pg, db, "SELECT id, name, qty, note FROM items ORDER BY id")
     # Source order survives the two-partition COPY; a column no record sets keeps its default.

@@ -24,7 +24,8 @@ data if and only if it holds its delivery hash. A batch replayed after a crash (
 finds its hash through :func:`delivered` and is acknowledged without writing; a crash before the commit
 leaves neither data nor marker, and the replay writes it. The marker row lock serialises two runs of the
 same pipeline that race for one batch. Staging rows that a retried Spark task copied twice are
-deduplicated by ``seq`` when applied.
+deduplicated by ``seq`` when applied. As for Spark's checkpoint, one run per pipeline at a time: a new
+attempt drops the staging tables this destination left behind.
 
 Conduit semantics and decisions: ``create``/``snapshot`` insert (upsert when ``key`` is set), ``update``
 upserts on ``key``, ``delete`` deletes by ``key``. The key value comes from ``.Key.<key>``, else
@@ -45,6 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -559,6 +561,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     key = str(settings.get("key") or "")
     staging = staging_table(delivery)
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
+    started = time.perf_counter()
     try:
         _prepare(url, delivery, staging)
     except psycopg.Error as error:
@@ -576,6 +579,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
             f"{context}: copying the batch into the staging table failed: {redact(detail, url)}",
             code=Code.DESTINATION_FAILED,
         ) from None
+    copied = time.perf_counter()
     conn = connect(url)
     staged = StagedPostgres(conn, url, staging)
     try:
@@ -589,6 +593,15 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
         staged.nacks, staged.applied = _apply_batch(conn, url, staging, key, tables)
         _store_marker(cur, delivery)
         cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
+        logger.info(
+            "%s: batch %d staged in %.2f s, applied in %.2f s (%d rows affected, %d nacked)",
+            context,
+            delivery.batch_id,
+            copied - started,
+            time.perf_counter() - copied,
+            staged.applied,
+            len(staged.nacks),
+        )
     except BaseException as error:
         staged.discard()
         if isinstance(error, psycopg.Error):

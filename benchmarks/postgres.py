@@ -1,0 +1,144 @@
+"""Throughput of the exactly-once ``builtin:postgres`` destination against a plain Spark JDBC append.
+
+Both write the same cached rows (structured records with five fields) from the same SparkSession into
+same-shaped tables of a throwaway PostgreSQL cluster (tests/pgcluster.py):
+
+(a) the destination's own code path, per micro-batch of ``--batch`` records: ``stage`` (executors COPY into
+    an unlogged staging table, one transaction applies it and the delivery marker) then ``publish``;
+    once without ``key`` (inserts) and once with ``key`` (upserts on the primary key);
+(b) ``df.write.jdbc(mode="append")`` with Debian's PostgreSQL JDBC driver, the job a user would write
+    without any delivery guarantee (a replayed batch duplicates its rows).
+
+    .venv/bin/python benchmarks/postgres.py [--records N] [--batch B] [--repeat K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+
+from pgcluster import APP_PASSWORD, APP_USER, start_cluster  # noqa: E402
+
+from airflow_conduit.engine.connectors._stream import Delivery  # noqa: E402
+from airflow_conduit.engine.connectors.postgres import destination  # noqa: E402
+from airflow_conduit.engine.session import ensure_python_workers  # noqa: E402
+
+JDBC_JAR = "/usr/share/java/postgresql.jar"
+TABLE_DDL = "CREATE TABLE {name} (id bigint PRIMARY KEY, name text, amount int, city text, paid boolean, score double precision)"
+
+
+def session():
+    from pyspark.sql import SparkSession
+
+    ensure_python_workers()
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-postgres")
+        .config("spark.jars", JDBC_JAR)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--batch", type=int, default=250_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--verbose", action="store_true", help="log the destination's phases")
+    args = parser.parse_args()
+    if args.verbose:
+        logging.getLogger("airflow_conduit.destination.postgres").setLevel(logging.INFO)
+
+    cluster = start_cluster()
+    spark = session()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        url = cluster.create_database("bench")
+        for name in ("t_conduit", "t_conduit_key", "t_jdbc"):
+            cluster.execute(TABLE_DDL.format(name=name), "bench")
+            cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
+        # The same rows for both: plain columns for JDBC, the engine's record form for the destination.
+        # 4 partitions, as a source hands Spark its micro-batch.
+        plain = (
+            spark.range(args.records, numPartitions=4)
+            .selectExpr(
+                "id",
+                "concat('name-', id % 1000) AS name",
+                "cast(id % 977 AS int) AS amount",
+                "element_at(array('berlin', 'lisbon', 'oslo', 'rome'), cast(id % 4 AS int) + 1) AS city",
+                "id % 2 = 0 AS paid",
+                "id / 7.0d AS score",
+            )
+            .persist()
+        )
+        plain.count()
+        records = plain.selectExpr(
+            "cast(cast(id AS string) AS binary) AS position",
+            "'create' AS operation",
+            "map('opencdc.collection', 'orders') AS metadata",
+            "CAST(NULL AS VARIANT) AS key",
+            "cast(cast(id AS string) AS binary) AS key_raw",
+            "CAST(NULL AS VARIANT) AS before",
+            "CAST(NULL AS BINARY) AS before_raw",
+            "to_variant_object(named_struct('id', id, 'name', name, 'amount', amount, 'city', city, "
+            "'paid', paid, 'score', score)) AS after",
+            "CAST(NULL AS BINARY) AS after_raw",
+            "id AS _seq",
+        ).persist()
+        records.count()  # both sides start from cached rows in their own form: VARIANT records, plain columns
+        jdbc_props = {"user": APP_USER, "password": APP_PASSWORD, "driver": "org.postgresql.Driver"}
+
+        def conduit(table: str, key: str) -> None:
+            settings = {"url": url, "table": table, "key": key}
+            for batch, start in enumerate(range(0, args.records, args.batch)):
+                rows = records.filter(f"id >= {start} AND id < {start + args.batch}")
+                delivery = Delivery("bench", table, batch, "g", f"{table}-{time.monotonic_ns()}-{batch}")
+                staged = destination.stage(rows, settings, delivery)
+                assert not staged.nacks, staged.nacks[:3]
+                staged.publish()
+
+        def jdbc() -> None:
+            for start in range(0, args.records, args.batch):
+                rows = plain.filter(f"id >= {start} AND id < {start + args.batch}")
+                rows.write.jdbc(cluster.jdbc_url("bench"), "t_jdbc", mode="append", properties=jdbc_props)
+
+        runs = {
+            "conduit postgres, insert (no key)": ("t_conduit", lambda: conduit("t_conduit", "")),
+            "conduit postgres, upsert (key id)": ("t_conduit_key", lambda: conduit("t_conduit_key", "id")),
+            "spark jdbc append": ("t_jdbc", jdbc),
+        }
+        times: dict[str, list[float]] = {name: [] for name in runs}
+        for _ in range(args.repeat):
+            for name, (table, run) in runs.items():
+                cluster.execute(f"TRUNCATE {table}", "bench")
+                started = time.perf_counter()
+                run()
+                times[name].append(time.perf_counter() - started)
+                count = cluster.execute(f"SELECT count(*) FROM {table}", "bench")[0][0]
+                assert count == args.records, (name, count)
+        best = {name: min(values) for name, values in times.items()}
+        baseline = args.records / best["spark jdbc append"]
+        print(f"{args.records} records, batches of {args.batch}, best of {args.repeat}:")
+        for name, seconds in best.items():
+            rate = args.records / seconds
+            print(
+                f"  {name:36s} {seconds:6.2f} s  {rate:9.0f} records/s  {rate / baseline:4.2f}x JDBC"
+                f"  (runs: {', '.join(f'{t:.2f}' for t in times[name])}; median {statistics.median(times[name]):.2f} s)"
+            )
+    finally:
+        spark.stop()
+        cluster.destroy()
+
+
+if __name__ == "__main__":
+    main()
