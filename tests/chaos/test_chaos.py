@@ -130,20 +130,31 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
             break
         process = start_run(pipeline, state, log)
         try:
-            # Wait for a batch to be under way (its offsets logged), then kill at a random moment of it:
-            # while the destinations stage, between their publishes, or between publish and commit.
-            started = wait_until(lambda done=committed: log_entries(state, "offsets") - done, 180, process)
-            if started:
-                time.sleep(rng.uniform(0.0, 2.5))
+            # Kill at a random moment inside a batch this process is running: after it committed one
+            # (somewhere in the next), or once the file destination stages (between the destinations'
+            # writes, their publishes, and Spark's commit).
+            if rng.random() < 0.5:
+                running = wait_until(
+                    lambda done=committed: len(log_entries(state, "commits") - done) >= 1, 300, process
+                )
+                pause = rng.uniform(0.0, 2.5)
+            else:
+                out = tmp_path / "out"
+                running = wait_until(lambda out=out: any(out.glob("_tmp-*")), 300, process)
+                pause = rng.uniform(0.0, 1.0)
+            if running:
+                time.sleep(pause)
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
                 kills += 1
-                kill_points.append((len(log_entries(state, "offsets")), len(log_entries(state, "commits"))))
+                kill_points.append(
+                    (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
+                )
             process.wait(timeout=60)
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-    print(f"killed {kills} times at (offsets logged, batches committed): {kill_points}")
+    print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
     assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
     final = subprocess.run(
         [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
