@@ -250,7 +250,8 @@ def classify_failure(failure: Exception) -> PipelineError:
     text = str(failure).strip()
     message = text.splitlines()[0] if text else type(failure).__name__
     # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
-    source = re.search(r"\bconduit_(file|generator|postgres)\b", text)
+    # Failures of a source's driver-side calls (initialOffset, latestOffset, ...) name the error class.
+    source = re.search(r"\bconduit_(file|generator|postgres)\b|PYTHON_STREAMING_DATA_SOURCE", text)
     code = Code.SOURCE_FAILED if source else Code.SPARK_FAILED
     # A connector's own TransientError/FatalError, raised on an executor, reaches the driver only as
     # the text of Python's traceback: its last line says which it was.
