@@ -358,3 +358,17 @@ def test_what_a_person_must_fix_is_fatal(pg, run_yaml, case: str, expected: str)
     assert payload["exit_code"] == 1, payload
     assert payload["error"]["kind"] == "fatal" and payload["error"]["code"] == "source_failed"
     assert expected in payload["error"]["message"]
+
+
+def test_snapshot_mode_never_reads_only_changes(pg, run_yaml, tmp_path) -> None:
+    url = pg.create_database("pgsrc_never")
+    sql(
+        url, "CREATE TABLE t (a int, b int, v text, PRIMARY KEY (a, b))", "INSERT INTO t VALUES (1, 1, 'old')"
+    )
+    text = pipeline(url, "t", slot="never", extra="snapshotMode: never")
+    first = run_yaml(text)  # a composite key is fine without a snapshot to page
+    assert first["exit_code"] == 0 and first["records"]["read"] == 0, first
+    sql(url, "INSERT INTO t VALUES (2, 3, 'new')")
+    assert run_yaml(text)["records"]["read"] == 1
+    [record] = read_jsonl(tmp_path / "out")
+    assert record["operation"] == "create" and record["key"] == {"a": 2, "b": 3}
