@@ -112,7 +112,39 @@ def main() -> None:
                 rows = plain.filter(f"id >= {start} AND id < {start + args.batch}")
                 rows.write.jdbc(cluster.jdbc_url("bench"), "t_jdbc", mode="append", properties=jdbc_props)
 
+        staging_ddl = (
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {name} "
+            "(seq bigint, op text, tbl text, key jsonb, after jsonb, err text)"
+        )
+
+        def step1_copy() -> None:
+            """Step 1 alone as the destination does it: executors COPY the staging rows."""
+            for start in range(0, args.records, args.batch):
+                rows = records.filter(f"id >= {start} AND id < {start + args.batch}")
+                frame = destination.staging_frame(rows, {"url": url, "table": "t_conduit"})
+                frame.mapInArrow(
+                    destination.copy_partitions(url, "s_copy"), destination._SUMMARY_DDL
+                ).collect()
+
+        def step1_jdbc() -> None:
+            """Step 1 with Spark JDBC instead (jsonb from text needs stringtype=unspecified)."""
+            for start in range(0, args.records, args.batch):
+                rows = records.filter(f"id >= {start} AND id < {start + args.batch}")
+                frame = destination.staging_frame(rows, {"url": url, "table": "t_conduit"}).drop("fields")
+                frame.write.jdbc(
+                    cluster.jdbc_url("bench") + "?stringtype=unspecified",
+                    "s_jdbc",
+                    mode="append",
+                    properties=jdbc_props,
+                )
+
+        for name in ("s_copy", "s_jdbc"):
+            cluster.execute(staging_ddl.format(name=name), "bench")
+            cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
+
         runs = {
+            "step 1 only: executors COPY to staging": ("s_copy", step1_copy),
+            "step 1 only: spark jdbc to staging": ("s_jdbc", step1_jdbc),
             "conduit postgres, insert (no key)": ("t_conduit", lambda: conduit("t_conduit", "")),
             "conduit postgres, upsert (key id)": ("t_conduit_key", lambda: conduit("t_conduit_key", "id")),
             "spark jdbc append": ("t_jdbc", jdbc),
@@ -132,7 +164,7 @@ def main() -> None:
         for name, seconds in best.items():
             rate = args.records / seconds
             print(
-                f"  {name:36s} {seconds:6.2f} s  {rate:9.0f} records/s  {rate / baseline:4.2f}x JDBC"
+                f"  {name:40s} {seconds:6.2f} s  {rate:9.0f} records/s  {rate / baseline:4.2f}x JDBC"
                 f"  (runs: {', '.join(f'{t:.2f}' for t in times[name])}; median {statistics.median(times[name]):.2f} s)"
             )
     finally:

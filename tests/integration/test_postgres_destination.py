@@ -93,6 +93,38 @@ def staging_tables(pg, url: str) -> list[tuple]:
 # --- writing ----------------------------------------------------------------------------------------------
 
 
+def test_column_types_from_json(spark, pg, db):
+    rows(
+        pg,
+        db,
+        "CREATE TABLE typed (id int, price numeric(6,2), at timestamptz, tags int[], doc jsonb, j json, "
+        f"flag boolean, code char(2), big bigint GENERATED ALWAYS AS (id * 2) STORED); ALTER TABLE typed OWNER TO {APP_USER}",
+    )
+    after = {
+        "id": 1,
+        "price": 12.345,
+        "at": "2026-01-02T03:04:05Z",
+        "tags": [3, 4],
+        "doc": {"a": [1, {"b": None}]},
+        "j": "text",
+        "flag": True,
+        "code": "ab",
+    }
+    staged = write(
+        spark, [record(after=after), record(after={"id": 2, "doc": None})], {"url": db, "table": "typed"}
+    )
+    assert staged.nacks == []
+    got = rows(
+        pg,
+        db,
+        "SELECT id, price::text, at = '2026-01-02T03:04:05Z', tags, doc, j::text, flag, code, big FROM typed ORDER BY id",
+    )
+    assert got == [
+        (1, "12.35", True, [3, 4], {"a": [1, {"b": None}]}, '"text"', True, "ab", 2),
+        (2, None, None, None, None, None, None, None, 4),
+    ]
+
+
 def test_insert_without_key_in_source_order(spark, pg, db, caplog):
     rows(pg, db, "CREATE TABLE items (id serial PRIMARY KEY, name text, qty int, note text DEFAULT 'dflt')")
     rows(pg, db, f"ALTER TABLE items OWNER TO {APP_USER}")
@@ -223,6 +255,16 @@ def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db):
     got = rows(pg, db, "SELECT id FROM pay ORDER BY id")
     assert [r[0] for r in got] == [i for i in range(40) if i not in (3, 17, 25, 33)]
     assert destination.delivered(settings, delivery("hp"))
+
+
+def test_too_long_key_is_refused_not_cut(spark, pg, db):
+    rows(pg, db, f"CREATE TABLE c (code varchar(3) PRIMARY KEY, v int); ALTER TABLE c OWNER TO {APP_USER}")
+    settings = {"url": db, "table": "c", "key": "code"}
+    records = [record(after={"code": "abc", "v": 1}), record("update", {"code": "abcd", "v": 2})]
+    staged = write(spark, records, settings)
+    assert [seq for seq, _ in staged.nacks] == [10]
+    assert "too long" in staged.nacks[0][1]
+    assert rows(pg, db, "SELECT code, v FROM c") == [("abc", 1)]
 
 
 def test_records_that_cannot_be_mapped_are_nacked(spark, pg, db):

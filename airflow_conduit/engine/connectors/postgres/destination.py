@@ -245,6 +245,12 @@ class _Target:
     columns: tuple[str, ...]
     """Columns a record may set (generated columns excluded)."""
     key_type: str = ""
+    scalar: dict[str, str] = field(default_factory=dict)
+    """Columns read from the JSON text with ``->>`` and a cast to this type (no typmod, so the insert's
+    own assignment cast still refuses a too long value instead of an explicit cast cutting it)."""
+    json: dict[str, str] = field(default_factory=dict)
+    """json/jsonb columns, read with ``->``; the rest (arrays, composites) go through
+    ``jsonb_populate_record``."""
 
 
 @dataclass
@@ -341,19 +347,29 @@ def _target(cur: Any, name: str, key: str) -> _Target:
             f"(or the records' {META_COLLECTION})",
             code=Code.DESTINATION_FAILED,
         )
+    # Each type by its own name, without typmod (format_type(bpchar, NULL) would say "character", which
+    # is char(1)): the insert's assignment cast then checks lengths.
     rows = cur.execute(
-        "SELECT attname, format_type(atttypid, atttypmod), attgenerated <> '' FROM pg_attribute "
-        "WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        "SELECT a.attname, quote_ident(n.nspname) || '.' || quote_ident(t.typname), a.attgenerated <> '', "
+        "t.typcategory IN ('B', 'D', 'N', 'S', 'T', 'V', 'I', 'E'), a.atttypid IN ('json'::regtype, 'jsonb'::regtype) "
+        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace n ON n.oid = t.typnamespace "
+        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
         (ident,),
     ).fetchall()
-    types = {column: type_ for column, type_, _ in rows}
+    types = {row[0]: row[1] for row in rows}
     if key and key not in types:
         raise FatalError(
             f"postgres destination: key column {key!r} does not exist in table {ident} "
             f"(columns: {', '.join(types)})",
             code=Code.DESTINATION_FAILED,
         )
-    return _Target(name, tuple(c for c, _, generated in rows if not generated), types.get(key, ""))
+    return _Target(
+        name,
+        tuple(row[0] for row in rows if not row[2]),
+        types.get(key, ""),
+        {row[0]: row[1] for row in rows if row[3]},
+        {row[0]: row[1] for row in rows if row[4]},
+    )
 
 
 @dataclass
@@ -392,7 +408,28 @@ def _apply_range(
     stage = sql.Identifier(staging)
     written = [c for c in target.columns if c in batch.fields or c == key]
     cols = sql.SQL(", ").join(map(sql.Identifier, written))
-    picked = sql.SQL(", ").join(sql.SQL("r.{}").format(sql.Identifier(c)) for c in written)
+    # Scalars straight from the JSON text (cheaper than building a whole record per row), json as is,
+    # anything else (arrays, composites) the way jsonb_populate_record converts it.
+    populate = any(c != key and c not in target.scalar and c not in target.json for c in written)
+
+    def value(column: str) -> Any:
+        name = sql.Literal(column)
+        if column == key:
+            return sql.SQL("x.k")
+        if column in target.scalar:
+            return sql.SQL("(x.after ->> {})::{}").format(name, sql.SQL(target.scalar[column]))
+        if column in target.json:
+            return sql.SQL("nullif(x.after -> {}, 'null'::jsonb)::{}").format(
+                name, sql.SQL(target.json[column])
+            )
+        return sql.SQL("r.{}").format(sql.Identifier(column))
+
+    picked = sql.SQL(", ").join(value(c) for c in written)
+    lateral = (
+        sql.SQL("CROSS JOIN LATERAL jsonb_populate_record(NULL::{}, x.after) r").format(table)
+        if populate
+        else sql.SQL("")
+    )
     where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
     params = {"tbl": target.name, "lo": lo, "hi": hi}
     if not key:
@@ -401,8 +438,8 @@ def _apply_range(
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
             "(SELECT DISTINCT ON (s.seq) s.seq, s.after FROM {stage} s WHERE {where} ORDER BY s.seq) x "
-            "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, x.after) r ORDER BY x.seq"
-        ).format(table=table, cols=cols, picked=picked, stage=stage, where=where)
+            "{lateral} ORDER BY x.seq"
+        ).format(table=table, cols=cols, picked=picked, stage=stage, where=where, lateral=lateral)
         return cur.execute(statement, params).rowcount
     # The net effect per key: its last operation in the batch. The key is compared as the column's type.
     latest = sql.SQL(
@@ -415,8 +452,8 @@ def _apply_range(
     if batch.deletes:
         affected += cur.execute(
             sql.SQL(
-                "WITH latest AS ({latest}) DELETE FROM {table} t USING latest l "
-                "WHERE l.op = 'delete' AND t.{k} = l.k"
+                "WITH latest AS ({latest}) DELETE FROM {table} t USING latest x "
+                "WHERE x.op = 'delete' AND t.{k} = x.k"
             ).format(latest=latest, table=table, k=kcol),
             params,
         ).rowcount
@@ -431,15 +468,14 @@ def _apply_range(
         )
         affected += cur.execute(
             sql.SQL(
-                "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest l "
-                "CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, l.after || jsonb_build_object({kname}, l.k)) r "
-                "WHERE l.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
+                "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest x "
+                "{lateral} WHERE x.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
             ).format(
                 latest=latest,
                 table=table,
                 cols=cols,
                 picked=picked,
-                kname=sql.Literal(key),
+                lateral=lateral,
                 k=kcol,
                 on_conflict=on_conflict,
             ),
