@@ -407,3 +407,23 @@ def test_pipeline_end_to_end_fatal_error_in_exit_payload(pg, db, run_yaml):
     assert payload["error"]["kind"] == "fatal"
     assert "orders" in payload["error"]["message"]
     assert APP_PASSWORD not in json.dumps(payload)
+
+
+def test_pipeline_end_to_end_poison_records_go_to_the_dlq(pg, db, run_yaml, tmp_path):
+    rows(
+        pg,
+        db,
+        "CREATE TABLE orders (id int PRIMARY KEY, name text, amount int CHECK (amount < 900000)); "
+        f"ALTER TABLE orders OWNER TO {APP_USER}",
+    )
+    text = PIPELINE.replace("{url}", db).replace("{key}", "id") + (
+        "    dead-letter-queue:\n      plugin: builtin:log\n      window-size: 0\n"
+    )
+    payload = run_yaml(text, state_dir=tmp_path / "state")
+    assert payload["exit_code"] == 0, payload
+    written = rows(pg, db, "SELECT count(*), max(amount) < 900000 FROM orders")[0]
+    nacked = payload["records"]["nacked"]
+    assert nacked > 0 and written == (300 - nacked, True)
+    assert payload["records"]["dlq"] == nacked
+    assert payload["records"]["written"] == {"pg-e2e:db": 300 - nacked}
+    assert all("check constraint" in error for error in payload["dlq"]["errors"])
