@@ -42,7 +42,7 @@ from airflow_conduit.state import PipelineState
 logger = logging.getLogger("airflow_conduit.engine")
 
 ROW_BITS = 33  # monotonically_increasing_id: partition index above bit 33, row number below
-WRITES_ON_STAGE = {"builtin:file"}  # destinations whose stage() runs the Spark job
+WRITES_ON_STAGE = {"builtin:file", "builtin:postgres"}  # destinations whose stage() runs the Spark job
 STATES = (STATE_OPEN, STATE_FILTERED, STATE_NACKED, STATE_TRANSIENT, STATE_FATAL)
 
 
