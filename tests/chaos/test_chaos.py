@@ -98,6 +98,17 @@ def wait_until(condition, timeout: float, process: subprocess.Popen | None = Non
     return False
 
 
+def finish_run(pipeline: Path, state: Path) -> None:
+    """The last run, left alone: it must drain the source and stop gracefully."""
+    final = subprocess.run(
+        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert final.returncode == 0, final.stderr[-3000:]
+
+
 def verify_exactly_once(tmp_path: Path, pg, database: str, records: int) -> None:
     file_keys = Counter(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
     db_rows = pg.execute("SELECT seq, count(*) FROM events GROUP BY seq", database)
@@ -156,13 +167,7 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
                 os.killpg(process.pid, signal.SIGKILL)
     print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
     assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
-    final = subprocess.run(
-        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert final.returncode == 0, final.stderr[-3000:]
+    finish_run(pipeline, state)
     verify_exactly_once(tmp_path, pg, "chaos_kill", RECORDS)
 
 
@@ -189,11 +194,5 @@ def test_postgres_stopped_mid_run_is_transient_and_the_restart_completes(pg, tmp
     error = json.loads(exit_text)["error"]
     assert error["kind"] == "transient" and "unreachable" in error["message"], error
     assert APP_PASSWORD not in log.read_text() + exit_text  # the password never shows
-    final = subprocess.run(
-        [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert final.returncode == 0, final.stderr[-3000:]
+    finish_run(pipeline, state)
     verify_exactly_once(tmp_path, pg, "chaos_outage", records)
