@@ -10,10 +10,12 @@ after this function returns, i.e. after every destination and the DLQ hold it: t
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, Row
@@ -70,6 +72,10 @@ class RunCounters:
     dlq_first_position: str | None = None
     dlq_last_position: str | None = None
     dlq_errors: Counter[str] = field(default_factory=Counter)
+    destination_bytes: Counter[str] = field(default_factory=Counter)
+    """Bytes published per destination node, for destinations that write files (summed over the run)."""
+    last_destination_seconds: dict[str, float] = field(default_factory=dict)
+    """The last batch's time per destination node: its stage (which may run the batch) and publish."""
 
     def records(self) -> dict[str, Any]:
         return {
@@ -113,6 +119,24 @@ class _DestinationWrite:
     staged: Staged | None = None
     skipped: bool = False
     """The destination already holds this delivery (a replay after a crash): acked without writing."""
+    seconds: float = 0.0
+
+
+def _size_of(published: Any) -> int:
+    """Bytes a destination's publish made visible, when it published files."""
+    if isinstance(published, list):
+        return sum(p.stat().st_size for p in published if isinstance(p, Path) and p.exists())
+    return 0
+
+
+@contextmanager
+def _timed(write: _DestinationWrite) -> Iterator[None]:
+    """Adds the time spent in the block to the destination's time for this batch."""
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        write.seconds += time.monotonic() - started
 
 
 def position_text(value: Any) -> str:
@@ -174,8 +198,9 @@ class BatchProcessor:
         try:
             for write in writes:
                 if write.staged is not None:
-                    with self._as_destination(write.destination.node_id):
-                        write.staged.publish()
+                    with self._as_destination(write.destination.node_id), _timed(write):
+                        published = write.staged.publish()
+                    self.counters.destination_bytes[write.destination.node_id] += _size_of(published)
             for staged in dlq_staged:
                 with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
                     published = staged.publish()
@@ -187,6 +212,7 @@ class BatchProcessor:
         finally:
             for frame in cached:
                 frame.unpersist()
+        self.counters.last_destination_seconds = {w.destination.node_id: w.seconds for w in writes}
         skipped = [w.destination.id for w in writes if w.skipped]
         if skipped:
             self.state.audit("delivery_skipped", batch=batch_id, destinations=skipped)
@@ -196,7 +222,7 @@ class BatchProcessor:
         """Stage a destination's records, unless it already holds this delivery (a replayed batch)."""
         destination = write.destination
         delivery = self.delivery(destination.id, batch_id)
-        with self._as_destination(destination.node_id):
+        with self._as_destination(destination.node_id), _timed(write):
             if DELIVERED[destination.plugin](destination.settings, delivery):
                 write.skipped = True
                 logger.info(

@@ -138,6 +138,17 @@ FAMILIES = {
             "counter",
             "Records a destination connector wrote in this run, by pipeline name, connector, plugin and type.",
         ),
+        Family(
+            "conduit_connector_bytes_total",
+            "counter",
+            "Bytes a file-writing destination connector published in this run (OpenCDC JSON lines).",
+        ),
+        Family(
+            "conduit_connector_execution_duration_seconds",
+            "histogram",
+            "Time per micro-batch in a destination connector: its write (which may compute the batch) "
+            "and its commit.",
+        ),
         Family("conduit_dlq_records_total", "counter", "Records written to the DLQ in this run."),
         Family("conduit_dlq_bytes", "histogram", "Size in bytes of each record written to the DLQ."),
         Family("conduit_pipeline_batches_total", "counter", "Micro-batches processed and committed."),
@@ -214,6 +225,8 @@ class PipelineMetrics:
         self._last_committed_batch: int | None = None
         self._last_progress_batch: int | None = None
         self._batch_seconds = Histogram(BATCH_SECONDS_BUCKETS)
+        self._connector_seconds: dict[str, Histogram] = {}
+        self._connector_bytes: dict[str, int] = {}
         self._dlq_bytes = Histogram(BYTES_BUCKETS)
         self._dlq_seen = dlq_tools.snapshot(state.dlq_dir)
         self._source_rows: dict[str, int] = {}
@@ -255,6 +268,9 @@ class PipelineMetrics:
             self._batches = int(counters.batches)
             self._last_committed_batch = batch_id
             self._batch_seconds.observe(seconds)
+            for node, spent in counters.last_destination_seconds.items():
+                self._connector_seconds.setdefault(node, Histogram(BATCH_SECONDS_BUCKETS)).observe(spent)
+            self._connector_bytes = {str(k): int(v) for k, v in counters.destination_bytes.items()}
             if self._records["dlq"] > previous_dlq:
                 self._observe_dlq_lines()
         self.write()
@@ -321,6 +337,10 @@ class PipelineMetrics:
         plugins = {c.node_id: c.plugin for c in self.pipeline.destinations}
         plugins.update({c.id: c.plugin for c in self.pipeline.destinations})
         dlq_plugin: Labels = (*base, ("plugin", self.pipeline.dlq.plugin))
+
+        def connector_labels(node: str) -> Labels:
+            return (*base, ("connector", node), ("plugin", plugins.get(node, "")), ("type", "destination"))
+
         with self._lock:
             return {
                 "conduit_pipeline_status": {
@@ -330,13 +350,13 @@ class PipelineMetrics:
                     (*base, ("state", s)): float(self._records[s]) for s in RECORD_STATES
                 },
                 "conduit_connector_records_total": {
-                    (
-                        *base,
-                        ("connector", node),
-                        ("plugin", plugins.get(node, "")),
-                        ("type", "destination"),
-                    ): float(count)
-                    for node, count in self._written.items()
+                    connector_labels(node): float(count) for node, count in self._written.items()
+                },
+                "conduit_connector_bytes_total": {
+                    connector_labels(node): float(count) for node, count in self._connector_bytes.items()
+                },
+                "conduit_connector_execution_duration_seconds": {
+                    connector_labels(node): _copy(h) for node, h in self._connector_seconds.items()
                 },
                 "conduit_dlq_records_total": {dlq_plugin: float(self._records["dlq"])},
                 "conduit_dlq_bytes": {dlq_plugin: _copy(self._dlq_bytes)},

@@ -86,6 +86,15 @@ def test_metrics_file_matches_the_exit_payload(run_yaml, tmp_path):
         sum(len(line) for line in lines)
     ]
 
+    # Bytes each file destination published, and one duration per batch for each destination.
+    published = metrics["conduit_connector_bytes"]
+    for name in ("all", "evens"):
+        on_disk = sum(f.stat().st_size for f in (tmp_path / name).glob("*.jsonl"))
+        assert on_disk > 0
+        assert value(published, connector=f"metered:{name}") == on_disk
+        spent = metrics["conduit_connector_execution_duration_seconds"]
+        assert value(spent, connector=f"metered:{name}", le="+Inf") == payload["batches"]
+
     assert value(metrics["conduit_pipeline_batches"], pipeline_name="metered") == payload["batches"]
     batch_seconds = metrics["conduit_pipeline_execution_duration_seconds"]
     assert value(batch_seconds, le="+Inf") == payload["batches"]

@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.engine.connectors import file, generator, log, python
 from airflow_conduit.engine.connectors._stream import Delivery, SourceContext
-from airflow_conduit.engine.connectors.postgres import source as postgres_source
 from airflow_conduit.engine.connectors.postgres import destination as postgres_destination
+from airflow_conduit.engine.connectors.postgres import source as postgres_source
 
 
 class Staged(Protocol):
