@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui chaos lint bench clean
+.PHONY: venv demo demo-cli test test-e2e cluster ui chaos lint bench bench-postgres clean
 
 venv: $(STAMP)
 
@@ -60,6 +60,12 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/throughput.py
+
+# PostgreSQL, each on its own throwaway cluster: the destination against Spark JDBC, then the CDC source's
+# throughput and end-to-end latency (about 2-3 minutes here).
+bench-postgres: $(STAMP)
+	$(VENV)/bin/python benchmarks/postgres.py
+	$(VENV)/bin/python benchmarks/postgres_cdc.py
 
 clean:
 	rm -rf $(VENV) .conduit demo-output .airflow-demo
