@@ -196,3 +196,101 @@ def test_postgres_stopped_mid_run_is_transient_and_the_restart_completes(pg, tmp
     assert APP_PASSWORD not in log.read_text() + exit_text  # the password never shows
     finish_run(pipeline, state)
     verify_exactly_once(tmp_path, pg, "chaos_outage", records)
+
+
+CDC_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: chaos
+    connectors:
+      - id: pg
+        type: source
+        plugin: builtin:postgres
+        settings: {{url: "{url}", tables: items, logrepl.slotName: chaos_slot, maxRecordsPerBatch: 2000}}
+      - {{id: files, type: destination, plugin: builtin:file, settings: {{path: "{out}"}}}}
+"""
+
+
+def lsn(text_lsn: str) -> int:
+    high, low = text_lsn.split("/")
+    return (int(high, 16) << 32) + int(low, 16)
+
+
+def committed_end_lsn(state: Path) -> int | None:
+    """The source offset (a commit LSN) at the end of the last batch Spark committed."""
+    commits = log_entries(state, "commits")
+    if not commits:
+        return None
+    offsets = (state / "chaos" / "checkpoint" / "offsets" / str(max(commits))).read_text().splitlines()
+    offset = json.loads(offsets[2])
+    return lsn(offset["lsn"]) if offset.get("phase") == "cdc" else None
+
+
+def test_cdc_under_sigkill_confirms_nothing_early_and_delivers_every_change_once(pg, tmp_path):
+    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
+    print(f"\nCHAOS_SEED={seed}")
+    rng = random.Random(seed)
+    url = pg.create_database("chaos_cdc")
+    pg.execute("CREATE TABLE items (id int PRIMARY KEY, v text)", "chaos_cdc")
+    pg.execute("GRANT ALL ON items TO conduit", "chaos_cdc")
+    pipeline = tmp_path / "cdc.yaml"
+    pipeline.write_text(CDC_PIPELINE.format(url=url, out=tmp_path / "out"))
+    state, log = tmp_path / "state", tmp_path / "runs.log"
+    first = start_run(pipeline, state, log)  # takes the (empty) snapshot and creates the slot
+    assert first.wait(timeout=300) == 0, log.read_text()[-3000:]
+
+    # 30,000 changes in transactions of 100: inserts, then updates and deletes of some of them.
+    inserts, updates, deletes = 20_000, 6_000, 4_000
+    for start in range(0, inserts, 100):
+        pg.execute(
+            "INSERT INTO items SELECT g, 'v' || g FROM generate_series(%s::int, %s::int) g",
+            "chaos_cdc",
+            (start, start + 99),
+        )
+    for start in range(0, updates, 100):
+        pg.execute(
+            "UPDATE items SET v = v || '!' WHERE id BETWEEN %s::int AND %s::int",
+            "chaos_cdc",
+            (start, start + 99),
+        )
+    for start in range(inserts - deletes, inserts, 100):
+        pg.execute("DELETE FROM items WHERE id BETWEEN %s::int AND %s::int", "chaos_cdc", (start, start + 99))
+
+    kills, checks = 0, []
+    while kills < 5:
+        committed = log_entries(state, "commits")
+        process = start_run(pipeline, state, log)
+        try:
+            running = wait_until(
+                lambda done=committed: len(log_entries(state, "commits") - done) >= 1, 300, process
+            )
+            if running:
+                time.sleep(rng.uniform(0.0, 2.0))
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                kills += 1
+            process.wait(timeout=60)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        if not running and process.returncode == 0:
+            break  # drained before the kill: nothing left to interrupt
+        # Ack after persist: the slot never confirms past the end of the last committed batch.
+        confirmed = pg.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'chaos_slot'"
+        )[0][0]
+        end = committed_end_lsn(state)
+        checks.append((confirmed, end))
+        assert end is None or lsn(confirmed) <= end, f"slot confirmed {confirmed} past committed end {end}"
+    print(f"killed {kills} times; slot checks (confirmed, committed end): {checks}")
+    assert kills >= 3, f"the changes were drained after {kills} kills; see {log}"
+    finish_run(pipeline, state)
+
+    records = read_jsonl(tmp_path / "out")
+    positions = Counter(r["position"] for r in records)
+    operations = Counter(r["operation"] for r in records)
+    print(f"verified: {len(records)} change records, {len(positions)} distinct positions, {dict(operations)}")
+    assert [p for p, n in positions.items() if n > 1] == [], "a change was delivered twice"
+    assert operations == {"create": inserts, "update": updates, "delete": deletes}
+    created = sorted(r["payload"]["after"]["id"] for r in records if r["operation"] == "create")
+    assert created == list(range(inserts))
