@@ -195,20 +195,30 @@ class BatchProcessor:
             for frame in cached:
                 frame.unpersist()
             raise
+        pending = [w.staged for w in writes if w.staged is not None] + dlq_staged
         try:
             for write in writes:
                 if write.staged is not None:
                     with self._as_destination(write.destination.node_id), _timed(write):
                         published = write.staged.publish()
+                    pending.remove(write.staged)
                     self.counters.destination_bytes[write.destination.node_id] += _size_of(published)
             for staged in dlq_staged:
                 with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
                     published = staged.publish()
+                pending.remove(staged)
                 if isinstance(published, list):
                     self.counters.dlq_files += [str(p) for p in published if self.state.dlq_dir in p.parents]
             if window_before is not None:
                 self.windows.save(batch_id, window_before, window_after)
             written = {w.destination.id: self._written(w) for w in writes}
+        except BaseException:
+            # A publish failed: the batch will not commit. Release what the others still hold (an open
+            # Postgres transaction keeps its delivery-marker lock, which a restart in this process would
+            # wait on); the ones that published keep their marker and skip the replay.
+            for staged in pending:
+                staged.discard()
+            raise
         finally:
             for frame in cached:
                 frame.unpersist()

@@ -176,3 +176,43 @@ pipelines:
     for record in out:
         batch = int(record["metadata"]["batch"])
         assert record["metadata"]["hash"] == delivery_hash("c", "c:tag", source_offsets(checkpoint, batch))
+
+
+def test_a_failed_publish_releases_the_postgres_transaction_and_the_restart_completes(
+    run_yaml, tmp_path, monkeypatch, pg
+):
+    (tmp_path / "udf").mkdir()
+    (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
+    flag, sink_out = tmp_path / "down", tmp_path / "sink.jsonl"
+    monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
+    monkeypatch.setenv("FLAKY_SINK_OUT", str(sink_out))
+    url = pg.create_database("eo_release")
+    pg.execute("CREATE TABLE items (order_id bigint PRIMARY KEY, amount bigint)", "eo_release")
+    pg.execute("GRANT ALL ON items TO conduit", "eo_release")
+    # The sink publishes first and fails: the Postgres destination has staged the batch in an open
+    # transaction holding its delivery-marker row; it must be rolled back, not left to block the restart.
+    pipeline = f"""
+version: "2.2"
+pipelines:
+  - id: rel
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings: {{recordCount: 30, maxRecordsPerBatch: 10, format.options.order_id: int, format.options.amount: int}}
+      - {{id: sink, type: destination, plugin: custom.python, settings: {{function: "flaky_sink:sink", path: "{{tmp}}/udf"}}}}
+      - {{id: db, type: destination, plugin: builtin:postgres, settings: {{url: "{url}", table: items, key: order_id}}}}
+"""
+    flag.touch()
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 75 and payload["error"]["node"] == "rel:sink", payload
+    open_transactions = pg.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = 'eo_release' AND state LIKE 'idle in transaction%'"
+    )
+    assert open_transactions == [(0,)]
+    assert pg.execute("SELECT count(*) FROM items", "eo_release") == [(0,)]  # rolled back, not committed
+
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 0, payload
+    assert pg.execute("SELECT count(*) FROM items", "eo_release") == [(30,)]
+    assert len(sink_out.read_text().splitlines()) == 30
