@@ -4,6 +4,8 @@ PostgreSQL's errors into transient (a restart may help) and fatal (a person has 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -22,6 +24,8 @@ _FATAL_HINTS = {
     "42703": "a column does not exist: check the column names against the table",
     "42501": "missing privileges: grant the user the rights it needs on the table",
 }
+_OBJECT_IN_USE = "55006"
+"""Object in use: for these connectors, a replication slot active in another session (transient)."""
 _URL_PASSWORD = re.compile(r"(?P<scheme>postgres(?:ql)?://[^:/@\s]+):[^@\s]*@")
 
 
@@ -57,6 +61,17 @@ def is_data_error(error: BaseException) -> bool:
     return sqlstate(error)[:2] in DATA_ERROR_CLASSES
 
 
+@contextmanager
+def classified(url: str | None, context: str, code: str = Code.DESTINATION_FAILED) -> Iterator[None]:
+    """psycopg errors raised in the block come out through :func:`classify`; ours pass through."""
+    import psycopg
+
+    try:
+        yield
+    except psycopg.Error as error:
+        raise classify(error, url, context, code) from None
+
+
 def classify(
     error: BaseException, url: str | None, context: str, code: str = Code.DESTINATION_FAILED
 ) -> ConduitError:
@@ -64,6 +79,10 @@ def classify(
     fix; never carries the password."""
     state = sqlstate(error)
     detail = redact(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__, url)
+    if state == _OBJECT_IN_USE:
+        return TransientError(
+            f"{context}: the replication slot is in use by another session ({detail})", code=code
+        )
     if state in _FATAL_HINTS:
         return FatalError(f"{context}: {_FATAL_HINTS[state]} ({detail})", code=code)
     if not state and "password authentication failed" in str(error):

@@ -57,7 +57,7 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.postgres._common import (
-    classify,
+    classified,
     connect,
     is_data_error,
     redact,
@@ -264,12 +264,9 @@ class StagedPostgres:
     applied: int = 0
 
     def publish(self) -> None:
-        import psycopg
-
         try:
-            self.conn.commit()
-        except psycopg.Error as error:
-            raise classify(error, self.url, f"postgres destination: commit on {safe_url(self.url)}") from None
+            with classified(self.url, f"postgres destination: commit on {safe_url(self.url)}"):
+                self.conn.commit()
         finally:
             self.conn.close()
 
@@ -590,7 +587,6 @@ _SUMMARY_DDL = "tbl string, op string, fields string, rows bigint"
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
     """Copy the batch into a staging table and apply it in an open transaction (see the module doc)."""
-    import psycopg
     from psycopg import sql
 
     url = str(settings["url"])
@@ -598,10 +594,8 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     staging = staging_table(delivery)
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
     started = time.perf_counter()
-    try:
+    with classified(url, context):
         _prepare(url, delivery, staging)
-    except psycopg.Error as error:
-        raise classify(error, url, context) from None
     rows = staging_frame(records, settings)
     try:
         tables = summarise(rows.mapInArrow(copy_partitions(url, staging), _SUMMARY_DDL).collect())
@@ -619,50 +613,45 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     conn = connect(url)
     staged = StagedPostgres(conn, url, staging)
     try:
-        cur = conn.cursor()
-        held = _lock_marker(cur, delivery)
-        if held and held == delivery.hash:
-            # Another run committed this batch since the engine asked delivered(): nothing to write.
-            conn.rollback()
-            _drop_staging(url, staging)
-            return staged
-        staged.nacks, staged.applied = _apply_batch(conn, url, staging, key, tables)
-        _store_marker(cur, delivery)
-        cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
-        logger.info(
-            "%s: batch %d staged in %.2f s, applied in %.2f s (%d rows affected, %d nacked)",
-            context,
-            delivery.batch_id,
-            copied - started,
-            time.perf_counter() - copied,
-            staged.applied,
-            len(staged.nacks),
-        )
-    except BaseException as error:
+        with classified(url, context):
+            cur = conn.cursor()
+            held = _lock_marker(cur, delivery)
+            if held and held == delivery.hash:
+                # Another run committed this batch since the engine asked delivered(): nothing to write.
+                conn.rollback()
+                _drop_staging(url, staging)
+                return staged
+            staged.nacks, staged.applied = _apply_batch(conn, url, staging, key, tables)
+            _store_marker(cur, delivery)
+            cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
+            logger.info(
+                "%s: batch %d staged in %.2f s, applied in %.2f s (%d rows affected, %d nacked)",
+                context,
+                delivery.batch_id,
+                copied - started,
+                time.perf_counter() - copied,
+                staged.applied,
+                len(staged.nacks),
+            )
+    except BaseException:
         staged.discard()
-        if isinstance(error, psycopg.Error):
-            raise classify(error, url, context) from None
         raise
     return staged
 
 
 def delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
     """Whether the target already holds this delivery: its marker row carries ``delivery.hash``."""
-    import psycopg
-
     if not delivery.hash:
         return False
     url = str(settings["url"])
-    try:
-        with connect(url) as conn:
-            if conn.execute("SELECT to_regclass(%s)", (MARKER_TABLE,)).fetchone()[0] is None:
-                return False
-            row = conn.execute(
-                f"SELECT delivery_hash FROM {MARKER_TABLE} WHERE pipeline_id = %s AND destination_id = %s",
-                (delivery.pipeline_id, delivery.destination_id),
-            ).fetchone()
-    except psycopg.Error as error:
-        raise classify(
-            error, url, f"postgres destination {delivery.destination_id} ({safe_url(url)})"
-        ) from None
+    with (
+        classified(url, f"postgres destination {delivery.destination_id} ({safe_url(url)})"),
+        connect(url) as conn,
+    ):
+        if conn.execute("SELECT to_regclass(%s)", (MARKER_TABLE,)).fetchone()[0] is None:
+            return False
+        row = conn.execute(
+            f"SELECT delivery_hash FROM {MARKER_TABLE} WHERE pipeline_id = %s AND destination_id = %s",
+            (delivery.pipeline_id, delivery.destination_id),
+        ).fetchone()
     return row is not None and row[0] == delivery.hash

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -59,13 +59,12 @@ from airflow_conduit.engine.connectors.postgres.test_decoding import (
     parse_row,
     table_of,
 )
-from airflow_conduit.errors import Code, ConduitError, FatalError, TransientError
+from airflow_conduit.errors import Code, ConduitError, FatalError
 from airflow_conduit.record import META_COLLECTION
 
 META_TABLE = "postgres.table"
 PLUGIN_OPTIONS = ("skip-empty-xacts", "1")
 ARROW_ROWS = 10_000
-_OBJECT_IN_USE = "55006"  # the slot is active in another session
 
 
 @dataclass(frozen=True)
@@ -125,23 +124,9 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-@contextmanager
-def _classified(url: str, context: str) -> Iterator[None]:
+def _classified(url: str, context: str) -> AbstractContextManager[None]:
     """psycopg errors as TransientError / FatalError (never with the password); ours pass through."""
-    import psycopg
-
-    try:
-        yield
-    except ConduitError:
-        raise
-    except psycopg.Error as error:
-        if _common.sqlstate(error) == _OBJECT_IN_USE:
-            detail = _common.redact(str(error).strip().splitlines()[0], url)
-            raise TransientError(
-                f"{context}: the replication slot is in use by another session ({detail})",
-                code=Code.SOURCE_FAILED,
-            ) from None
-        raise _common.classify(error, url, context, Code.SOURCE_FAILED) from None
+    return _common.classified(url, context, Code.SOURCE_FAILED)
 
 
 def _connect(url: str, autocommit: bool = True) -> Any:
