@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -82,9 +83,45 @@ def start_run(pipeline: Path, state: Path, log: Path) -> subprocess.Popen:
     )
 
 
+def seeded_random() -> random.Random:
+    """Random kill times, from ``CHAOS_SEED`` when set; the seed is printed to repeat a failing run."""
+    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
+    print(f"\nCHAOS_SEED={seed}")
+    return random.Random(seed)
+
+
+def run_and_kill(
+    pipeline: Path, state: Path, log: Path, ready: Callable[[], bool], pause: float
+) -> tuple[bool, subprocess.Popen]:
+    """Start a run, wait until ``ready()`` says a batch of it is under way, wait ``pause`` seconds more
+    and SIGKILL it (the driver and its JVM). Returns whether it was killed, and the ended process."""
+    process = start_run(pipeline, state, log)
+    try:
+        if wait_until(ready, 300, process):
+            time.sleep(pause)
+        killed = process.poll() is None
+        if killed:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return killed, process
+
+
 def log_entries(state: Path, kind: str) -> set[int]:
     directory = state / "chaos" / "checkpoint" / kind
     return {int(p.name) for p in directory.glob("*") if p.name.isdigit()} if directory.exists() else set()
+
+
+def new_commit(state: Path, committed: set[int]) -> Callable[[], bool]:
+    """True once a batch beyond ``committed`` has committed."""
+    return lambda: bool(log_entries(state, "commits") - committed)
+
+
+def staging_under_way(out: Path) -> Callable[[], bool]:
+    """True while the file destination stages a batch (its hidden ``_tmp-`` directory exists)."""
+    return lambda: any(out.glob("_tmp-*"))
 
 
 def wait_until(condition, timeout: float, process: subprocess.Popen | None = None) -> bool:
@@ -128,9 +165,7 @@ def verify_exactly_once(tmp_path: Path, pg, database: str, records: int) -> None
 
 
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
-    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
-    print(f"\nCHAOS_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_random()
     url = create_table(pg, "chaos_kill")
     pipeline = write_pipeline(tmp_path, url)
     state, log = tmp_path / "state", tmp_path / "runs.log"
@@ -139,32 +174,19 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
         committed = log_entries(state, "commits")
         if len(committed) * PER_BATCH >= RECORDS:
             break
-        process = start_run(pipeline, state, log)
-        try:
-            # Kill at a random moment inside a batch this process is running: after it committed one
-            # (somewhere in the next), or once the file destination stages (between the destinations'
-            # writes, their publishes, and Spark's commit).
-            if rng.random() < 0.5:
-                running = wait_until(
-                    lambda done=committed: len(log_entries(state, "commits") - done) >= 1, 300, process
-                )
-                pause = rng.uniform(0.0, 2.5)
-            else:
-                out = tmp_path / "out"
-                running = wait_until(lambda out=out: any(out.glob("_tmp-*")), 300, process)
-                pause = rng.uniform(0.0, 1.0)
-            if running:
-                time.sleep(pause)
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                kills += 1
-                kill_points.append(
-                    (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
-                )
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
+        # Kill at a random moment inside a batch this process is running: after it committed one
+        # (somewhere in the next), or once the file destination stages (between the destinations'
+        # writes, their publishes, and Spark's commit).
+        if rng.random() < 0.5:
+            ready, pause = new_commit(state, committed), rng.uniform(0, 2.5)
+        else:
+            ready, pause = staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
+        killed, _ = run_and_kill(pipeline, state, log, ready, pause)
+        if killed:
+            kills += 1
+            kill_points.append(
+                (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
+            )
     print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
     assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
     finish_run(pipeline, state)
@@ -227,9 +249,7 @@ def committed_end_lsn(state: Path) -> int | None:
 
 
 def test_cdc_under_sigkill_confirms_nothing_early_and_delivers_every_change_once(pg, tmp_path):
-    seed = int(os.environ.get("CHAOS_SEED", random.randrange(1 << 30)))
-    print(f"\nCHAOS_SEED={seed}")
-    rng = random.Random(seed)
+    rng = seeded_random()
     url = pg.create_database("chaos_cdc")
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, v text)", "chaos_cdc")
     pg.execute("GRANT ALL ON items TO conduit", "chaos_cdc")
@@ -259,22 +279,10 @@ def test_cdc_under_sigkill_confirms_nothing_early_and_delivers_every_change_once
     kills, checks = 0, []
     while kills < 5:
         committed = log_entries(state, "commits")
-        process = start_run(pipeline, state, log)
-        try:
-            running = wait_until(
-                lambda done=committed: len(log_entries(state, "commits") - done) >= 1, 300, process
-            )
-            if running:
-                time.sleep(rng.uniform(0.0, 2.0))
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                kills += 1
-            process.wait(timeout=60)
-        finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-        if not running and process.returncode == 0:
+        killed, process = run_and_kill(pipeline, state, log, new_commit(state, committed), rng.uniform(0, 2))
+        if not killed and process.returncode == 0:
             break  # drained before the kill: nothing left to interrupt
+        kills += killed
         # Ack after persist: the slot never confirms past the end of the last committed batch.
         confirmed = pg.execute(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'chaos_slot'"

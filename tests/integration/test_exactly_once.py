@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from airflow_conduit.engine.connectors import jsonl_files
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.delivery import delivery_hash, source_offsets
@@ -37,16 +39,24 @@ pipelines:
 """
 
 
-def keys(directory: Path) -> list[int]:
-    return [int(text(r["key"])) for r in read_jsonl(directory)]
-
-
-def test_a_destination_that_committed_skips_the_replay_the_other_writes_it(run_yaml, tmp_path, monkeypatch):
+@pytest.fixture
+def flaky_sink(tmp_path, monkeypatch) -> tuple[Path, Path]:
+    """``flaky_sink:sink`` under ``{tmp}/udf``: fails once while the flag file exists, else appends the
+    records it gets to the output file. Returns ``(flag, output)``."""
     (tmp_path / "udf").mkdir()
     (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
     flag, sink_out = tmp_path / "down", tmp_path / "sink.jsonl"
     monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
     monkeypatch.setenv("FLAKY_SINK_OUT", str(sink_out))
+    return flag, sink_out
+
+
+def keys(directory: Path) -> list[int]:
+    return [int(text(r["key"])) for r in read_jsonl(directory)]
+
+
+def test_a_destination_that_committed_skips_the_replay_the_other_writes_it(run_yaml, tmp_path, flaky_sink):
+    flag, sink_out = flaky_sink
 
     payload = run_yaml(PIPELINE)
     assert payload["exit_code"] == 0, payload
@@ -114,12 +124,8 @@ def test_a_crash_after_the_commit_rename_is_rolled_forward(spark, tmp_path):
     assert not jsonl_files.delivered(out, Delivery("p", "other", 3, "20260101T000000", "h-3"))
 
 
-def test_a_replayed_batch_is_not_written_twice_to_the_dlq(run_yaml, tmp_path, monkeypatch):
-    (tmp_path / "udf").mkdir()
-    (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
-    flag, sink_out = tmp_path / "down", tmp_path / "dlq-sink.jsonl"
-    monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
-    monkeypatch.setenv("FLAKY_SINK_OUT", str(sink_out))
+def test_a_replayed_batch_is_not_written_twice_to_the_dlq(run_yaml, tmp_path, flaky_sink):
+    flag, sink_out = flaky_sink
     flag.touch()  # the DLQ plugin fails once, after the state dir's DLQ store published the nacks
     pipeline = """
 version: "2.2"
@@ -179,13 +185,9 @@ pipelines:
 
 
 def test_a_failed_publish_releases_the_postgres_transaction_and_the_restart_completes(
-    run_yaml, tmp_path, monkeypatch, pg
+    run_yaml, tmp_path, flaky_sink, pg
 ):
-    (tmp_path / "udf").mkdir()
-    (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
-    flag, sink_out = tmp_path / "down", tmp_path / "sink.jsonl"
-    monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
-    monkeypatch.setenv("FLAKY_SINK_OUT", str(sink_out))
+    flag, sink_out = flaky_sink
     url = pg.create_database("eo_release")
     pg.execute("CREATE TABLE items (order_id bigint PRIMARY KEY, amount bigint)", "eo_release")
     pg.execute("GRANT ALL ON items TO conduit", "eo_release")
