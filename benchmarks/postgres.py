@@ -10,8 +10,8 @@ same-shaped tables of a throwaway PostgreSQL cluster (tests/pgcluster.py):
     without any delivery guarantee (a replayed batch duplicates its rows): from the plain columns, and
     from the same VARIANT records (``variant_get`` per column first).
 
-Two lines time step 1 of the destination alone (the staging rows written by the executors) with COPY
-through ``mapInArrow`` + psycopg, as the destination does, and with Spark JDBC instead.
+One line times step 1 of the destination alone: the executors' COPY of the typed staging rows
+through ``mapInArrow`` + psycopg.
 
     .venv/bin/python benchmarks/postgres.py [--records N] [--batch B] [--repeat K]
 """
@@ -31,7 +31,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from pgcluster import APP_PASSWORD, APP_USER, start_cluster  # noqa: E402
 
 from airflow_conduit.engine.connectors._stream import Delivery  # noqa: E402
-from airflow_conduit.engine.connectors.postgres import destination  # noqa: E402
+from airflow_conduit.engine.connectors.postgres import destination, staging  # noqa: E402
 from airflow_conduit.engine.session import ensure_python_workers  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
@@ -134,39 +134,25 @@ def main() -> None:
                 rows = records.filter(f"_seq >= {start} AND _seq < {start + args.batch}").selectExpr(*typed)
                 rows.write.jdbc(cluster.jdbc_url("bench"), "t_jdbc2", mode="append", properties=jdbc_props)
 
-        staging_ddl = (
-            "CREATE UNLOGGED TABLE IF NOT EXISTS {name} "
-            "(seq bigint, op text, tbl text, key jsonb, after jsonb, err text)"
-        )
-
         def step1_copy() -> None:
-            """Step 1 alone as the destination does it: executors COPY the staging rows."""
+            """Step 1 alone as the destination does it: executors COPY typed staging rows."""
+            layout = staging.Layout(("id", "name", "amount", "city", "paid", "score"))
             for start in range(0, args.records, args.batch):
                 rows = records.filter(f"id >= {start} AND id < {start + args.batch}")
-                frame = destination.staging_frame(rows, {"url": url, "table": "t_conduit"})
+                frame = staging.staging_frame(rows, {"url": url, "table": "t_conduit"}, layout)
                 frame.mapInArrow(
-                    destination.copy_partitions(url, "s_copy"), destination._SUMMARY_DDL
+                    staging.copy_partitions(url, "s_copy", layout), staging.SUMMARY_DDL
                 ).collect()
 
-        def step1_jdbc() -> None:
-            """Step 1 with Spark JDBC instead (jsonb from text needs stringtype=unspecified)."""
-            for start in range(0, args.records, args.batch):
-                rows = records.filter(f"id >= {start} AND id < {start + args.batch}")
-                frame = destination.staging_frame(rows, {"url": url, "table": "t_conduit"}).drop("fields")
-                frame.write.jdbc(
-                    cluster.jdbc_url("bench") + "?stringtype=unspecified",
-                    "s_jdbc",
-                    mode="append",
-                    properties=jdbc_props,
-                )
-
-        for name in ("s_copy", "s_jdbc"):
-            cluster.execute(staging_ddl.format(name=name), "bench")
-            cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
+        cluster.execute(
+            "CREATE UNLOGGED TABLE s_copy (seq bigint, op text, tbl text, key text, err text, "
+            "c0 text, c1 text, c2 text, c3 text, c4 text, c5 text)",
+            "bench",
+        )
+        cluster.execute(f"ALTER TABLE s_copy OWNER TO {APP_USER}", "bench")
 
         runs = {
             "step 1 only: executors COPY to staging": ("s_copy", step1_copy),
-            "step 1 only: spark jdbc to staging": ("s_jdbc", step1_jdbc),
             "conduit postgres, insert (no key)": ("t_conduit", lambda: conduit("t_conduit", "")),
             "conduit postgres, upsert (key id)": ("t_conduit_key", lambda: conduit("t_conduit_key", "id")),
             "spark jdbc append, from VARIANT records": ("t_jdbc2", jdbc_from_records),

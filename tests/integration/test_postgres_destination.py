@@ -191,12 +191,14 @@ def test_table_from_collection_several_tables_in_one_batch(spark, pg, db):
         record(after={"id": 2, "total": 20}, collection="refunds"),
         record(after={"id": 3, "total": 30}, collection="orders"),
         record(after={"id": 4, "total": 40}, collection=None),  # nowhere to go: nacked
+        record(after={"id": 5, "nope": 50}, collection="refunds"),  # no such column: nacked
     ]
     staged = write(spark, records, {"url": db, "key": "id"})
     assert rows(pg, db, "SELECT id, total FROM orders ORDER BY id") == [(1, 10), (3, 30)]
     assert rows(pg, db, "SELECT id, total FROM refunds ORDER BY id") == [(2, 20)]
-    assert len(staged.nacks) == 1
-    assert staged.nacks[0][0] == 30 and "no target table" in staged.nacks[0][1]
+    assert [seq for seq, _ in staged.nacks] == [30, 40]
+    assert "no target table" in staged.nacks[0][1]
+    assert 'column "nope" of relation "refunds" does not exist' in staged.nacks[1][1]
 
 
 def test_replayed_delivery_is_skipped(spark, pg, db):
@@ -277,10 +279,12 @@ def test_records_that_cannot_be_mapped_are_nacked(spark, pg, db):
         record("delete", key={"id": 1}),  # delete without `key`
         record(after={"v": "b", "nope": 1}),  # no such column
         record(after={"v": "c"}),
+        record(after=["v", "d"]),  # not an object: names no column
     ]
     staged = write(spark, records, settings)
     nacked = dict(staged.nacks)
-    assert sorted(nacked) == [10, 20, 30, 40]
+    assert sorted(nacked) == [10, 20, 30, 40, 60]
+    assert "not an object" in nacked[60]
     assert "raw data" in nacked[10]
     assert "without the `key` setting" in nacked[20] and "update" in nacked[20]
     assert "without the `key` setting" in nacked[30] and "delete" in nacked[30]

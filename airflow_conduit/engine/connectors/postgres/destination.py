@@ -4,11 +4,10 @@ Protocol, per batch and destination:
 
 1. ``stage`` (driver) creates an UNLOGGED staging table named after the pipeline, the destination and the
    delivery hash (a leftover of an earlier crashed attempt of this destination is dropped first).
-2. The executors turn each record into one staging row in the same Spark pass that computes the batch:
-   ``seq`` (the record's ``_seq``), ``op``, ``tbl`` (``table``, else ``opencdc.collection``), ``key`` (the
-   key column's value as JSON), ``after`` (``.Payload.After`` as JSON) and ``err`` (why the record cannot
-   be applied, e.g. raw payload; such records are nacked). Each partition streams its rows as CSV through
-   ``COPY`` (``mapInArrow`` + psycopg): no per-record Python.
+2. The executors turn each record into one staging row in the same Spark pass that computes the batch
+   and stream them in with ``COPY`` (:mod:`.staging`): with a fixed ``table``, one text column per
+   table column (read before the pass), else ``key`` and ``after`` as ``jsonb``; ``err`` says why a
+   record cannot be applied (raw payload, a field that is no column...); such records are nacked.
 3. The driver opens ONE transaction: it locks this destination's row in ``_conduit_deliveries``, applies
    the staged rows to the target tables set-wise (per key the last operation of the batch wins: deletes
    with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``;
@@ -47,13 +46,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.postgres._common import (
@@ -63,6 +59,13 @@ from airflow_conduit.engine.connectors.postgres._common import (
     redact,
     safe_url,
 )
+from airflow_conduit.engine.connectors.postgres.staging import (
+    COPY_FAILED,
+    SUMMARY_DDL,
+    Layout,
+    copy_partitions,
+    staging_frame,
+)
 from airflow_conduit.errors import Code, FatalError, TransientError
 from airflow_conduit.record import META_COLLECTION
 
@@ -70,9 +73,6 @@ logger = logging.getLogger("airflow_conduit.destination.postgres")
 
 MARKER_TABLE = "_conduit_deliveries"
 STAGING_PREFIX = "_conduit_stage_"
-STAGING_COLUMNS = ("seq", "op", "tbl", "key", "after", "err")
-_COPY_FAILED = "conduit-postgres-copy"
-"""Marks an executor's COPY failure in the Spark exception text, so the driver can tell it apart."""
 
 _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
     pipeline_id text NOT NULL,
@@ -101,137 +101,6 @@ def _table_ident(name: str) -> Any:
     from psycopg import sql
 
     return sql.Identifier(*name.split(".", 1))
-
-
-# --- Spark side: records to staging rows ---------------------------------------------------------------
-
-
-def _sql_text(value: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def staging_frame(records: DataFrame, settings: dict[str, Any]) -> DataFrame:
-    """The records as staging rows (:data:`STAGING_COLUMNS`), computed by Spark expressions."""
-    table = str(settings.get("table") or "")
-    key = str(settings.get("key") or "")
-    if '"' in key:
-        raise FatalError(
-            f"postgres destination: key column {key!r} must not contain '\"'", code=Code.INVALID_CONFIG
-        )
-    tbl = _sql_text(table) if table else f"nullif(metadata[{_sql_text(META_COLLECTION)}], '')"
-    if key:
-        path = _sql_text(f'$["{key}"]')
-        key_value = (
-            f"to_json(coalesce(variant_get(key, {path}), variant_get(after, {path}), "
-            f"variant_get(before, {path}), cast(cast(key_raw AS STRING) AS VARIANT)))"
-        )
-    else:
-        key_value = "CAST(NULL AS STRING)"
-    no_after = "(after IS NULL OR is_variant_null(after))"
-    if key:
-        missing = f"postgres: no value for key column {key} in .Key, .Payload.After or .Payload.Before"
-        key_rule = f"WHEN key_value IS NULL THEN {_sql_text(missing)}"
-    else:
-        key_rule = (
-            "WHEN operation IN ('update', 'delete') THEN concat('postgres: cannot apply an ', operation, "
-            "' without the `key` setting (the column that identifies the row)')"
-        )
-    err = f"""CASE
-        WHEN operation IS NULL OR operation NOT IN ('create', 'update', 'delete', 'snapshot')
-            THEN concat('postgres: unknown operation ', coalesce(operation, 'null'))
-        WHEN tbl IS NULL
-            THEN 'postgres: no target table: set `table` or the record\\'s {META_COLLECTION} metadata'
-        WHEN operation <> 'delete' AND after_raw IS NOT NULL
-            THEN 'postgres: .Payload.After is raw data and cannot be mapped to columns (decode it with json.decode)'
-        WHEN operation <> 'delete' AND {no_after}
-            THEN 'postgres: the record has no .Payload.After to write'
-        {key_rule}
-        END"""
-    if "_seq" not in records.columns:  # the engine passes it; a caller without it gets source order
-        records = records.withColumn("_seq", F.monotonically_increasing_id())
-    return (
-        records.selectExpr(
-            "_seq AS seq",
-            "operation",
-            f"{tbl} AS tbl",
-            f"{key_value} AS key_value",
-            "after",
-            "after_raw",
-        )
-        .selectExpr("*", f"{err} AS err")
-        .selectExpr(
-            "seq",
-            "operation AS op",
-            "tbl",
-            "CASE WHEN err IS NULL THEN key_value END AS key",
-            "CASE WHEN err IS NULL AND operation <> 'delete' THEN to_json(after) END AS after",
-            "err",
-            # The field names, for the batch summary (which columns to write): cheap on VARIANT, where
-            # PostgreSQL would have to take every jsonb value apart again.
-            "CASE WHEN err IS NULL AND operation <> 'delete' THEN "
-            "to_json(map_keys(try_variant_get(after, '$', 'map<string,variant>'))) END AS fields",
-        )
-    )
-
-
-_SUMMARY = pa.schema(
-    [("tbl", pa.string()), ("op", pa.string()), ("fields", pa.string()), ("rows", pa.int64())]
-)
-"""What the executors report: per (table, operation, field names) of the rows to apply, how many."""
-
-
-def copy_partitions(url: str, staging: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``, and
-    summarise them (:data:`_SUMMARY`).
-
-    CSV is produced by Arrow's writer (every non-null value quoted, so an empty string stays distinct
-    from NULL); psycopg passes the bytes through. The partition commits as a whole: a failed task leaves
-    nothing behind, and rows a retried task copies twice are deduplicated by ``seq`` when applied.
-    """
-
-    def copy(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import io
-        import itertools
-
-        import psycopg
-        import pyarrow.compute as pc
-        import pyarrow.csv as pa_csv
-        from psycopg import sql
-
-        options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-            sql.Identifier(staging), sql.SQL(", ").join(map(sql.Identifier, STAGING_COLUMNS))
-        )
-        summaries = []
-        batches = (b for b in batches if b.num_rows)
-        first = next(batches, None)
-        if first is not None:  # connect only for partitions with rows: filters leave many empty
-            try:
-                with (
-                    psycopg.connect(url, connect_timeout=10) as conn,
-                    conn.cursor().copy(statement) as copier,
-                ):
-                    for batch in itertools.chain([first], batches):
-                        buffer = io.BytesIO()
-                        pa_csv.write_csv(batch.select(list(STAGING_COLUMNS)), buffer, options)
-                        copier.write(buffer.getbuffer())
-                        summaries.append(
-                            pa.Table.from_batches([batch.select(["tbl", "op", "fields", "seq"])])
-                            .filter(pc.is_null(batch.column("err")))
-                            .group_by(["tbl", "op", "fields"])
-                            .aggregate([("seq", "count")])
-                        )
-                # Leaving the connection's block committed the partition's rows.
-            except psycopg.Error as error:
-                raise RuntimeError(
-                    f"{_COPY_FAILED} [{error.sqlstate or ''}] {redact(str(error), url)}"
-                ) from None
-        for summary in summaries:
-            columns = [summary.column(name) for name in ("tbl", "op", "fields", "seq_count")]
-            yield pa.RecordBatch.from_arrays([c.combine_chunks() for c in columns], schema=_SUMMARY)
-
-    return copy
 
 
 # --- driver side: apply in one transaction -------------------------------------------------------------
@@ -292,9 +161,10 @@ def _drop_staging(url: str, staging: str) -> None:
         logger.warning("postgres destination: cannot drop %s: %s", staging, redact(str(error), url))
 
 
-def _prepare(url: str, delivery: Delivery, staging: str) -> None:
+def _prepare(url: str, delivery: Delivery, staging: str, table: str, key: str) -> tuple[Layout, list[str]]:
     """Marker table, leftovers of crashed attempts gone, a fresh staging table (committed, so the
-    executors' connections see it)."""
+    executors' connections see it). With a fixed ``table`` the staging rows are typed by its columns
+    (:mod:`.staging`); the layout, and which of its columns take JSON as it is."""
     from psycopg import sql
 
     with connect(url) as conn:
@@ -307,11 +177,15 @@ def _prepare(url: str, delivery: Delivery, staging: str) -> None:
         ).fetchall()
         for (name,) in leftovers:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
+        layout, json_columns = Layout(), []
+        if table:
+            target = _target(conn.cursor(), table, key)
+            layout = Layout(target.columns)
+            json_columns = [c for c in target.columns if c not in target.scalar]
         conn.execute(
-            sql.SQL(
-                "CREATE UNLOGGED TABLE {} (seq bigint, op text, tbl text, key jsonb, after jsonb, err text)"
-            ).format(sql.Identifier(staging))
+            sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(sql.Identifier(staging), sql.SQL(layout.ddl()))
         )
+    return layout, json_columns
 
 
 def _lock_marker(cur: Any, delivery: Delivery) -> str | None:
@@ -396,7 +270,7 @@ _ALL = (-(2**63), 2**63 - 1)
 
 
 def _apply_range(
-    cur: Any, staging: str, target: _Target, batch: _TableBatch, key: str, lo: int, hi: int
+    cur: Any, staging: str, layout: Layout, target: _Target, batch: _TableBatch, key: str, lo: int, hi: int
 ) -> int:
     """Apply the staged rows of ``target`` with ``lo <= seq < hi``; the rows affected."""
     from psycopg import sql
@@ -405,22 +279,45 @@ def _apply_range(
     stage = sql.Identifier(staging)
     written = [c for c in target.columns if c in batch.fields or c == key]
     cols = sql.SQL(", ").join(map(sql.Identifier, written))
-    # Scalars straight from the JSON text (cheaper than building a whole record per row), json as is,
-    # anything else (arrays, composites) the way jsonb_populate_record converts it.
-    populate = any(c != key and c not in target.scalar and c not in target.json for c in written)
+    values = [c for c in written if c != key]
+    if layout.typed:
+        # Text cast to the column's type (no typmod, so the insert's own assignment cast still refuses
+        # a too long value instead of an explicit cast cutting it); arrays and composites from their JSON.
+        staged = [sql.SQL("s.{}").format(sql.Identifier(layout.value_column(c))) for c in values]
+        populate = False
 
-    def value(column: str) -> Any:
-        name = sql.Literal(column)
-        if column == key:
-            return sql.SQL("x.k")
-        if column in target.scalar:
-            return sql.SQL("(x.after ->> {})::{}").format(name, sql.SQL(target.scalar[column]))
-        if column in target.json:
-            return sql.SQL("nullif(x.after -> {}, 'null'::jsonb)::{}").format(
-                name, sql.SQL(target.json[column])
+        def value(column: str) -> Any:
+            text = sql.SQL("x.{}").format(sql.Identifier(layout.value_column(column)))
+            if column == key:
+                return sql.SQL("x.k")
+            if column in target.scalar or column in target.json:
+                kind = target.scalar.get(column) or target.json[column]
+                return sql.SQL("{}::{}").format(text, sql.SQL(kind))
+            return sql.SQL("(jsonb_populate_record(NULL::{}, jsonb_build_object({}, {}::jsonb))).{}").format(
+                table, sql.Literal(column), text, sql.Identifier(column)
             )
-        return sql.SQL("r.{}").format(sql.Identifier(column))
 
+        key_text = sql.SQL("s.key")
+    else:
+        # Scalars straight from the JSON text (cheaper than building a whole record per row), json as
+        # is, anything else (arrays, composites) the way jsonb_populate_record converts it.
+        staged = [sql.SQL("s.after")]
+        populate = any(c not in target.scalar and c not in target.json for c in values)
+
+        def value(column: str) -> Any:
+            name = sql.Literal(column)
+            if column == key:
+                return sql.SQL("x.k")
+            if column in target.scalar:
+                return sql.SQL("(x.after ->> {})::{}").format(name, sql.SQL(target.scalar[column]))
+            if column in target.json:
+                return sql.SQL("nullif(x.after -> {}, 'null'::jsonb)::{}").format(
+                    name, sql.SQL(target.json[column])
+                )
+            return sql.SQL("r.{}").format(sql.Identifier(column))
+
+        key_text = sql.SQL("s.key #>> '{}'")
+    payload = sql.SQL("").join(sql.SQL(", {}").format(item) for item in staged)
     picked = sql.SQL(", ").join(value(c) for c in written)
     lateral = (
         sql.SQL("CROSS JOIN LATERAL jsonb_populate_record(NULL::{}, x.after) r").format(table)
@@ -434,16 +331,18 @@ def _apply_range(
         # for the order anyway).
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
-            "(SELECT DISTINCT ON (s.seq) s.seq, s.after FROM {stage} s WHERE {where} ORDER BY s.seq) x "
+            "(SELECT DISTINCT ON (s.seq) s.seq{payload} FROM {stage} s WHERE {where} ORDER BY s.seq) x "
             "{lateral} ORDER BY x.seq"
-        ).format(table=table, cols=cols, picked=picked, stage=stage, where=where, lateral=lateral)
+        ).format(
+            table=table, cols=cols, picked=picked, payload=payload, stage=stage, where=where, lateral=lateral
+        )
         return cur.execute(statement, params).rowcount
     # The net effect per key: its last operation in the batch. The key is compared as the column's type.
     latest = sql.SQL(
-        "SELECT DISTINCT ON (k) k, op, after FROM "
-        "(SELECT (s.key #>> '{{}}')::{ktype} AS k, s.op, s.after, s.seq FROM {stage} s WHERE {where}) y "
+        "SELECT DISTINCT ON (k) * FROM "
+        "(SELECT ({key_text})::{ktype} AS k, s.op, s.seq{payload} FROM {stage} s WHERE {where}) y "
         "ORDER BY k, seq DESC"
-    ).format(ktype=sql.SQL(target.key_type), stage=stage, where=where)
+    ).format(key_text=key_text, ktype=sql.SQL(target.key_type), payload=payload, stage=stage, where=where)
     kcol = sql.Identifier(key)
     affected = 0
     if batch.deletes:
@@ -485,15 +384,15 @@ class _Applier:
     """Applies the staged batch in bulk; on a data error bisects the seq range down to the records
     PostgreSQL refuses, applying everything else in source order."""
 
-    def __init__(self, cur: Any, url: str, staging: str, key: str) -> None:
-        self.cur, self.url, self.staging, self.key = cur, url, staging, key
+    def __init__(self, cur: Any, url: str, staging: str, layout: Layout, key: str) -> None:
+        self.cur, self.url, self.staging, self.layout, self.key = cur, url, staging, layout, key
         self.targets: list[tuple[_Target, _TableBatch]] = []
         self.nacks: list[tuple[int, str]] = []
         self.applied = 0
 
     def _apply(self, lo: int, hi: int) -> None:
         for target, batch in self.targets:
-            self.applied += _apply_range(self.cur, self.staging, target, batch, self.key, lo, hi)
+            self.applied += _apply_range(self.cur, self.staging, self.layout, target, batch, self.key, lo, hi)
 
     def _try(self, lo: int, hi: int) -> BaseException | None:
         """Apply ``[lo, hi)`` under a savepoint; the data error that undid it, if any."""
@@ -544,7 +443,7 @@ class _Applier:
 
 
 def _apply_batch(
-    conn: Any, url: str, staging: str, key: str, tables: dict[str, _TableBatch]
+    conn: Any, url: str, staging: str, layout: Layout, key: str, tables: dict[str, _TableBatch]
 ) -> tuple[list[tuple[int, str]], int]:
     """Apply the staging table inside the open transaction; ``(nacks, rows affected)``."""
     from psycopg import sql
@@ -553,11 +452,17 @@ def _apply_batch(
     # The apply sorts the batch (source order, last operation per key): keep the sort in memory.
     cur.execute("SET LOCAL work_mem = '64MB'")
     stage = sql.Identifier(staging)
-    applier = _Applier(cur, url, staging, key)
+    applier = _Applier(cur, url, staging, layout, key)
     for name in sorted(tables):
         target = _target(cur, name, key)
         batch = tables[name]
         unknown = sorted(batch.fields - set(target.columns) - {key})
+        if unknown and layout.typed:
+            # Typed staging nacked unknown fields already, against the columns read before the copy.
+            raise TransientError(
+                f"postgres destination: columns {unknown} of {name} were dropped while the batch was staged",
+                code=Code.DESTINATION_FAILED,
+            )
         # Nack the records that set a column the table does not have, as PostgreSQL would refuse them.
         for column in unknown:
             cur.execute(
@@ -582,9 +487,6 @@ def _apply_batch(
     return nacks, applier.applied
 
 
-_SUMMARY_DDL = "tbl string, op string, fields string, rows bigint"
-
-
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
     """Copy the batch into a staging table and apply it in an open transaction (see the module doc)."""
     from psycopg import sql
@@ -595,16 +497,16 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
     started = time.perf_counter()
     with classified(url, context):
-        _prepare(url, delivery, staging)
-    rows = staging_frame(records, settings)
+        layout, json_columns = _prepare(url, delivery, staging, str(settings.get("table") or ""), key)
+    rows = staging_frame(records, settings, layout, json_columns)
     try:
-        tables = summarise(rows.mapInArrow(copy_partitions(url, staging), _SUMMARY_DDL).collect())
+        tables = summarise(rows.mapInArrow(copy_partitions(url, staging, layout), SUMMARY_DDL).collect())
     except Exception as error:
         text = str(error)
         _drop_staging(url, staging)
-        if _COPY_FAILED not in text:
+        if COPY_FAILED not in text:
             raise
-        detail = text[text.index(_COPY_FAILED) + len(_COPY_FAILED) :].strip().splitlines()[0]
+        detail = text[text.index(COPY_FAILED) + len(COPY_FAILED) :].strip().splitlines()[0]
         raise TransientError(
             f"{context}: copying the batch into the staging table failed: {redact(detail, url)}",
             code=Code.DESTINATION_FAILED,
@@ -621,7 +523,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
                 conn.rollback()
                 _drop_staging(url, staging)
                 return staged
-            staged.nacks, staged.applied = _apply_batch(conn, url, staging, key, tables)
+            staged.nacks, staged.applied = _apply_batch(conn, url, staging, layout, key, tables)
             _store_marker(cur, delivery)
             cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
             logger.info(

@@ -1,0 +1,260 @@
+"""The Spark side of the ``builtin:postgres`` destination: records to staging rows, and the executors'
+``COPY`` of them into the batch's staging table.
+
+Two layouts, both computed by Spark expressions in the pass that computes the batch:
+
+- **typed**, when the destination names its ``table``: the driver reads the table's columns first, and
+  each record becomes ``seq, op, tbl, key, err`` and one text column per table column (``c0``, ``c1``...,
+  the field's value as PostgreSQL reads it: a JSON string unquoted, numbers and booleans as text,
+  objects and arrays as JSON). PostgreSQL then only casts text to the column types when it applies the
+  batch, instead of parsing a ``jsonb`` document per record and taking it apart again;
+- **json**, when the table comes from each record's ``opencdc.collection`` and the columns are not known
+  before the pass: ``key`` and ``after`` travel as ``jsonb``.
+
+``err`` says why a record cannot be applied (raw payload, no key, a field that is no column...); such
+records are nacked. Each partition streams its rows as CSV through one ``COPY`` (``mapInArrow`` +
+psycopg, no per-record Python) and reports which operations and fields it saw (:data:`SUMMARY_DDL`).
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from airflow_conduit.engine.connectors.postgres._common import redact
+from airflow_conduit.errors import Code, FatalError
+from airflow_conduit.record import META_COLLECTION
+
+COPY_FAILED = "conduit-postgres-copy"
+"""Marks an executor's COPY failure in the Spark exception text, so the driver can tell it apart."""
+
+SUMMARY_DDL = "tbl string, op string, fields string, rows bigint"
+"""What the executors report: per (table, operation, field names) of the rows to apply, how many."""
+
+_SUMMARY = pa.schema(
+    [("tbl", pa.string()), ("op", pa.string()), ("fields", pa.string()), ("rows", pa.int64())]
+)
+_COMMON = ("seq", "op", "tbl", "key", "err")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The staging table's columns; ``columns`` are the target's, in the order of ``c0``, ``c1``...
+    (empty: the json layout)."""
+
+    columns: tuple[str, ...] = ()
+
+    @property
+    def typed(self) -> bool:
+        return bool(self.columns)
+
+    def value_column(self, column: str) -> str:
+        """The staging column that holds the target ``column``'s text (typed layout)."""
+        return f"c{self.columns.index(column)}"
+
+    @property
+    def copied(self) -> tuple[str, ...]:
+        if self.typed:
+            return _COMMON + tuple(f"c{i}" for i in range(len(self.columns)))
+        return (*_COMMON, "after")
+
+    def ddl(self) -> str:
+        """The staging table's column definitions."""
+        if self.typed:
+            values = "".join(f", c{i} text" for i in range(len(self.columns)))
+            return f"seq bigint, op text, tbl text, key text, err text{values}"
+        return "seq bigint, op text, tbl text, key jsonb, err text, after jsonb"
+
+
+def sql_text(value: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _field(name: str) -> str:
+    return sql_text(f'$["{name}"]')
+
+
+def staging_frame(
+    records: DataFrame, settings: dict[str, Any], layout: Layout, json_columns: Sequence[str] = ()
+) -> DataFrame:
+    """The records as staging rows (:attr:`Layout.copied`), plus what the summary needs.
+
+    ``json_columns`` (typed layout) are the target's columns that take JSON as it is (json, jsonb,
+    arrays, composites): their text is the field's JSON, and a JSON ``null`` is NULL.
+    """
+    table = str(settings.get("table") or "")
+    key = str(settings.get("key") or "")
+    if '"' in key or any('"' in c for c in layout.columns):
+        raise FatalError(
+            f"postgres destination: column names must not contain '\"' (key {key!r})",
+            code=Code.INVALID_CONFIG,
+        )
+    tbl = sql_text(table) if table else f"nullif(metadata[{sql_text(META_COLLECTION)}], '')"
+    if key:
+        sources = [f"variant_get({part}, {_field(key)})" for part in ("key", "after", "before")]
+        if layout.typed:  # the key as text, as PostgreSQL reads it
+            texts = [f"try_variant_get({s}, '$', 'string')" for s in sources]
+            key_value = f"coalesce({', '.join(texts)}, cast(key_raw AS STRING))"
+        else:
+            key_value = f"to_json(coalesce({', '.join(sources)}, cast(cast(key_raw AS STRING) AS VARIANT)))"
+    else:
+        key_value = "CAST(NULL AS STRING)"
+    if "_seq" not in records.columns:  # the engine passes it; a caller without it gets source order
+        records = records.withColumn("_seq", F.monotonically_increasing_id())
+    rows = records.selectExpr(
+        "_seq AS seq",
+        "operation",
+        f"{tbl} AS tbl",
+        f"{key_value} AS key_value",
+        "after",
+        "after_raw",
+        # The payload's fields, to tell which columns a batch sets (and, typed, fields no column takes).
+        "try_variant_get(after, '$', 'map<string,variant>') AS fields_map",
+    )
+    err = _error_sql(key, layout, table)
+    applied = "err IS NULL AND operation <> 'delete'"
+    if layout.typed:
+        # One variant-to-struct cast for the scalar columns: much cheaper than one variant_get each.
+        scalars = [c for c in layout.columns if c not in json_columns]
+        as_text = ", ".join(f"`{c.replace('`', '``')}` string" for c in scalars)
+        texts = f"try_variant_get(after, '$', 'struct<{as_text}>')" if scalars else "NULL"
+        rows = rows.selectExpr("*", f"{texts} AS texts")
+        values = [
+            f"CASE WHEN {applied} THEN {_text_sql(c, c in json_columns)} END AS c{i}"
+            for i, c in enumerate(layout.columns)
+        ]
+        present = [
+            f"({applied} AND map_contains_key(fields_map, {sql_text(column)})) AS p{i}"
+            for i, column in enumerate(layout.columns)
+        ]
+        extra = [*values, *present]
+    else:
+        extra = [
+            f"CASE WHEN {applied} THEN to_json(after) END AS after",
+            f"CASE WHEN {applied} THEN to_json(map_keys(fields_map)) END AS fields",
+        ]
+    return rows.selectExpr("*", f"{err} AS err").selectExpr(
+        "seq",
+        "operation AS op",
+        "tbl",
+        "CASE WHEN err IS NULL THEN key_value END AS key",
+        "err",
+        *extra,
+    )
+
+
+def _text_sql(column: str, as_json: bool) -> str:
+    """A column's text: as PostgreSQL's ``->>`` reads the field (scalars), or its JSON."""
+    if not as_json:
+        return f"texts.`{column.replace('`', '``')}`"
+    value = f"try_variant_get(after, {_field(column)})"
+    return f"CASE WHEN is_variant_null({value}) THEN NULL ELSE to_json({value}) END"
+
+
+def _error_sql(key: str, layout: Layout, table: str) -> str:
+    """Why a record cannot be applied, or NULL."""
+    if key:
+        missing = f"postgres: no value for key column {key} in .Key, .Payload.After or .Payload.Before"
+        key_rule = f"WHEN key_value IS NULL THEN {sql_text(missing)}"
+    else:
+        key_rule = (
+            "WHEN operation IN ('update', 'delete') THEN concat('postgres: cannot apply an ', operation, "
+            "' without the `key` setting (the column that identifies the row)')"
+        )
+    unknown_rule = ""
+    if layout.typed:
+        known = ", ".join(sql_text(c) for c in layout.columns)
+        unknown = f"array_except(map_keys(fields_map), array({known}))"
+        unknown_rule = (
+            f"WHEN operation <> 'delete' AND size({unknown}) > 0 THEN concat('postgres: column \"', "
+            f"element_at({unknown}, 1), '\" of relation \"', {sql_text(table)}, '\" does not exist')"
+        )
+    return f"""CASE
+        WHEN operation IS NULL OR operation NOT IN ('create', 'update', 'delete', 'snapshot')
+            THEN concat('postgres: unknown operation ', coalesce(operation, 'null'))
+        WHEN tbl IS NULL
+            THEN 'postgres: no target table: set `table` or the record\\'s {META_COLLECTION} metadata'
+        WHEN operation <> 'delete' AND after_raw IS NOT NULL
+            THEN 'postgres: .Payload.After is raw data and cannot be mapped to columns (decode it with json.decode)'
+        WHEN operation <> 'delete' AND (after IS NULL OR is_variant_null(after))
+            THEN 'postgres: the record has no .Payload.After to write'
+        WHEN operation <> 'delete' AND fields_map IS NULL
+            THEN 'postgres: .Payload.After is not an object, so it names no columns'
+        {key_rule}
+        {unknown_rule}
+        END"""
+
+
+def _summaries(batch: pa.RecordBatch, layout: Layout) -> Iterator[tuple[str, str, str, int]]:
+    """``(tbl, op, fields as JSON, rows)`` of a batch's applicable rows."""
+    import pyarrow.compute as pc
+
+    ok = batch.filter(pc.is_null(batch.column("err")))
+    if not ok.num_rows:
+        return
+    table = pa.Table.from_batches([ok])
+    if not layout.typed:
+        grouped = table.group_by(["tbl", "op", "fields"]).aggregate([("seq", "count")])
+        for row in grouped.to_pylist():
+            yield row["tbl"], row["op"], row["fields"], row["seq_count"]
+        return
+    present = [(f"p{i}", "any") for i in range(len(layout.columns))]
+    for row in table.group_by(["tbl", "op"]).aggregate([("seq", "count"), *present]).to_pylist():
+        fields = [c for i, c in enumerate(layout.columns) if row[f"p{i}_any"]]
+        yield row["tbl"], row["op"], json.dumps(fields), row["seq_count"]
+
+
+def copy_partitions(
+    url: str, staging: str, layout: Layout
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``, and
+    summarise them (:data:`SUMMARY_DDL`).
+
+    CSV is produced by Arrow's writer (every non-null value quoted, so an empty string stays distinct
+    from NULL); psycopg passes the bytes through. The partition commits as a whole: a failed task leaves
+    nothing behind, and rows a retried task copies twice are deduplicated by ``seq`` when applied.
+    """
+
+    def copy(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import psycopg
+        import pyarrow.csv as pa_csv
+        from psycopg import sql
+
+        options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
+        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            sql.Identifier(staging), sql.SQL(", ").join(map(sql.Identifier, layout.copied))
+        )
+        seen: dict[tuple[str, str, str], int] = {}
+        batches = (b for b in batches if b.num_rows)
+        first = next(batches, None)
+        if first is not None:  # connect only for partitions with rows: filters leave many empty
+            try:
+                with (
+                    psycopg.connect(url, connect_timeout=10) as conn,
+                    conn.cursor().copy(statement) as copier,
+                ):
+                    for batch in itertools.chain([first], batches):
+                        buffer = io.BytesIO()
+                        pa_csv.write_csv(batch.select(list(layout.copied)), buffer, options)
+                        copier.write(buffer.getbuffer())
+                        for tbl, op, fields, rows in _summaries(batch, layout):
+                            seen[tbl, op, fields] = seen.get((tbl, op, fields), 0) + rows
+                # Leaving the connection's block committed the partition's rows.
+            except psycopg.Error as error:
+                raise RuntimeError(
+                    f"{COPY_FAILED} [{error.sqlstate or ''}] {redact(str(error), url)}"
+                ) from None
+        if seen:
+            rows = [{"tbl": t, "op": o, "fields": f, "rows": n} for (t, o, f), n in seen.items()]
+            yield pa.RecordBatch.from_pylist(rows, schema=_SUMMARY)
+
+    return copy
