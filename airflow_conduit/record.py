@@ -16,6 +16,8 @@ Internal columns (dropped before anything leaves the engine):
 
 from __future__ import annotations
 
+import itertools
+
 OPERATIONS = ("create", "update", "delete", "snapshot")
 
 DATA_FIELDS = ("key", "before", "after")
@@ -74,6 +76,43 @@ def opencdc_struct_sql() -> str:
     )
 
 
-def opencdc_json_sql() -> str:
-    """The record as one line of OpenCDC JSON (nulls kept, so ``before: null`` is explicit)."""
-    return f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false'))"
+def variant_json_sql(column: str) -> str:
+    """A ``VARIANT`` column as JSON text; an object goes through ``map<string,variant>``, which Spark
+    serialises about twice as fast as the same object held as one ``VARIANT``, with the same text."""
+    as_object = f"try_variant_get({column}, '$', 'map<string,variant>')"
+    return f"CASE WHEN {as_object} IS NOT NULL THEN to_json({as_object}) ELSE to_json({column}) END"
+
+
+def opencdc_json_steps() -> tuple[list[str], str]:
+    """The record as one line of OpenCDC JSON (nulls kept, so ``before: null`` is explicit), as two
+    projections: ``records.selectExpr(*first).selectExpr(f"{second} AS value")``.
+
+    Objects are serialised from ``map<string,variant>`` (see :func:`variant_json_sql`): the first step
+    reads each data field as a map once, and the second picks, per record, the struct that holds every
+    object field as its map.
+    """
+    first = ["position", "operation", "metadata"]
+    for name in DATA_FIELDS:
+        first += [name, f"{name}_raw", f"try_variant_get({name}, '$', 'map<string,variant>') AS _{name}_map"]
+
+    def envelope(as_map: dict[str, bool]) -> str:
+        value = {n: f"_{n}_map" if as_map[n] else data_sql(n) for n in DATA_FIELDS}
+        return (
+            "to_json(named_struct("
+            "'position', base64(position), 'operation', operation, 'metadata', metadata, "
+            f"'key', {value['key']}, "
+            f"'payload', named_struct('before', {value['before']}, 'after', {value['after']})), "
+            "map('ignoreNullFields', 'false'))"
+        )
+
+    branches = []
+    for kinds in itertools.product((True, False), repeat=len(DATA_FIELDS)):
+        as_map = dict(zip(DATA_FIELDS, kinds, strict=True))
+        test = " AND ".join(
+            f"{n}_raw IS NULL AND _{n}_map IS NOT NULL"
+            if as_map[n]
+            else f"NOT ({n}_raw IS NULL AND _{n}_map IS NOT NULL)"
+            for n in DATA_FIELDS
+        )
+        branches.append(f"WHEN {test} THEN {envelope(as_map)}")
+    return first, f"CASE {' '.join(branches)} END"

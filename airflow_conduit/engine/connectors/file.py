@@ -199,28 +199,20 @@ def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBat
         with_newline = pa.BinaryArray.from_buffers(
             pa.binary(), len(line_starts), [None, offsets.buffers()[1], values]
         )
-        lengths = line_ends - line_starts
-        if (raw[line_ends[lengths > 0] - 1] == 13).any():
-            lengths = lengths - (raw[np.maximum(line_ends - 1, 0)] == 13) * (lengths > 0)
-        payload = _cut(with_newline, lengths)
+        payload = _without_line_end(with_newline)
         positions = pc.binary_join_element_wise(
             pa.scalar(f"{name}:"), pc.cast(pa.array(line_starts + base), pa.string()), ""
         ).cast(pa.binary())
         yield _batch(positions, payload)
 
 
-def _cut(values: pa.BinaryArray, lengths: np.ndarray) -> pa.Array:
-    """Each value shortened to its length (drops the newline, and a carriage return before it)."""
-    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32, count=len(values) + 1)
-    new_offsets = np.zeros(len(values) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=new_offsets[1:])
-    data = np.frombuffer(values.buffers()[2], dtype=np.uint8)
-    keep = np.repeat(offsets[:-1], lengths) + (
-        np.arange(new_offsets[-1]) - np.repeat(new_offsets[:-1], lengths)
-    )
-    return pa.BinaryArray.from_buffers(
-        pa.binary(), len(values), [None, pa.py_buffer(new_offsets), pa.py_buffer(data[keep])]
-    )
+def _without_line_end(values: pa.BinaryArray) -> pa.Array:
+    """Each value without its newline, and without a carriage return before it (Arrow kernels)."""
+    cut = pc.binary_slice(values, 0, -1)
+    carriage_return = pc.ends_with(cut, pattern="\r")
+    if pc.any(carriage_return).as_py():
+        cut = pc.if_else(carriage_return, pc.binary_slice(cut, 0, -1), cut)
+    return cut
 
 
 def _batch(positions: pa.Array, payload: pa.Array) -> pa.RecordBatch:

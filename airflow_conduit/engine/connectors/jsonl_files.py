@@ -27,7 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.record import opencdc_json_sql
+from airflow_conduit.record import opencdc_json_steps
 
 MANIFEST = "_delivery.json"
 
@@ -100,7 +100,8 @@ def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -
     prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
     staging, commit_dir = directory / f"_tmp-{prefix}", directory / f"_commit-{prefix}"
     shutil.rmtree(staging, ignore_errors=True)
-    records.selectExpr(f"{opencdc_json_sql()} AS value").write.text(str(staging))
+    first, second = opencdc_json_steps()
+    records.selectExpr(*first).selectExpr(f"{second} AS value").write.text(str(staging))
     parts = sorted(p.name for p in staging.iterdir() if p.name.startswith("part-"))
     files = [(part, f"{prefix}-{int(part.split('-')[1]):05d}.jsonl") for part in parts]
     manifest = {

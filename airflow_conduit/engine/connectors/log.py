@@ -9,7 +9,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.record import opencdc_json_sql
+from airflow_conduit.record import opencdc_json_steps
 
 logger = logging.getLogger("airflow_conduit.destination.log")
 
@@ -47,7 +47,8 @@ class StagedLog:
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedLog:
     level = LEVELS[str(settings.get("level") or "info").lower()]
-    lines = records.selectExpr(f"{opencdc_json_sql()} AS value").persist()
+    first, second = opencdc_json_steps()
+    lines = records.selectExpr(*first).selectExpr(f"{second} AS value").persist()
     lines.write.format("noop").mode("overwrite").save()
     return StagedLog(
         lines, level, settings.get("message") or f"{delivery.pipeline_id}:{delivery.destination_id}"

@@ -31,6 +31,7 @@ from airflow_conduit.record import (
     SOURCE_SCHEMA,
     STATE_FILTERED,
     STATE_NACKED,
+    variant_json_sql,
 )
 
 # Structured values cross to Python as JSON text, as sources yield them.
@@ -60,19 +61,7 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return json.dumps(value, default=str), None
 
 
-class _Row:
-    """Row ``i`` of column lists, read by name (no per-row dict of every column)."""
-
-    __slots__ = ("columns", "i")
-
-    def __init__(self, columns: dict[str, list[Any]], i: int) -> None:
-        self.columns, self.i = columns, i
-
-    def __getitem__(self, name: str) -> Any:
-        return self.columns[name][self.i]
-
-
-def record_of(row: Mapping[str, Any] | _Row) -> dict[str, Any]:
+def record_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """The plain-dict record a user's function gets, from a row whose data fields are ``*_json`` text
     (structured) or ``*_raw`` bytes."""
     return {
@@ -94,7 +83,18 @@ class _Batch:
         self.columns = batch.to_pydict()
 
     def record(self, i: int) -> dict[str, Any]:
-        return record_of(_Row(self.columns, i))
+        """As :func:`record_of`, straight from the column lists (this runs once per record)."""
+        c = self.columns
+        return {
+            "position": c["position"][i],
+            "operation": c["operation"][i],
+            "metadata": dict(c["metadata"][i] or ()),
+            "key": _data_in(c["key_json"][i], c["key_raw"][i]),
+            "payload": {
+                "before": _data_in(c["before_json"][i], c["before_raw"][i]),
+                "after": _data_in(c["after_json"][i], c["after_raw"][i]),
+            },
+        }
 
     def store(self, i: int, record: dict[str, Any]) -> None:
         c = self.columns
@@ -103,9 +103,9 @@ class _Batch:
         c["operation"][i] = record.get("operation", c["operation"][i])
         c["metadata"][i] = [(str(k), str(v)) for k, v in (record.get("metadata") or {}).items()]
         payload = record.get("payload") or {}
-        values = {"key": record.get("key"), "before": payload.get("before"), "after": payload.get("after")}
-        for name in DATA_FIELDS:
-            c[f"{name}_json"][i], c[f"{name}_raw"][i] = _data_out(values[name])
+        c["key_json"][i], c["key_raw"][i] = _data_out(record.get("key"))
+        c["before_json"][i], c["before_raw"][i] = _data_out(payload.get("before"))
+        c["after_json"][i], c["after_raw"][i] = _data_out(payload.get("after"))
 
     def mark(self, i: int, state: str, error: str | None, node: str) -> None:
         self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
@@ -155,7 +155,7 @@ def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None 
     "delivery_hash"}``; the hash is this processor's (pipeline, node, source offsets): the same on every
     replay of the micro-batch, so side effects keyed on it stay idempotent."""
     as_text = [
-        F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
+        F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
     ]
     prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
