@@ -291,6 +291,54 @@ pipelines:
         assert int(metadata["opencdc.readAt"]) > 0
 
 
+def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
+    """The envelope serialises objects through maps for speed: the text must be exactly what Spark's
+    own ``to_json`` of the whole OpenCDC struct gives, for every mix of objects, other JSON values,
+    raw data and nulls."""
+    from airflow_conduit.record import opencdc_json_steps, opencdc_struct_sql
+
+    values = ['{"b": 1, "a": {"x": [1, null, "s"]}}', "[1, 2]", '"text"', "3.50", "null", "{}", None]
+    rows = [
+        (key, before, after, raw)
+        for key in values[::2]
+        for before in values[1::2]
+        for after in values
+        for raw in (None, b"r\x00w")
+    ]
+    frame = spark.createDataFrame(rows, "key string, before string, after string, raw binary").selectExpr(
+        "cast('f:1' AS binary) AS position",
+        "'update' AS operation",
+        "map('opencdc.collection', 'c\"q') AS metadata",
+        "parse_json(key) AS key",
+        "CAST(NULL AS binary) AS key_raw",
+        "parse_json(before) AS before",
+        "raw AS before_raw",
+        "CASE WHEN raw IS NULL THEN parse_json(after) END AS after",
+        "CASE WHEN raw IS NOT NULL THEN raw END AS after_raw",
+    )
+    first, second = opencdc_json_steps()
+    fast = frame.selectExpr(*first).selectExpr(
+        f"{second} AS fast",
+        "position",
+        "operation",
+        "metadata",
+        "key",
+        "key_raw",
+        "before",
+        "before_raw",
+        "after",
+        "after_raw",
+    )
+    checked = fast.selectExpr(
+        "fast", f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain"
+    ).collect()
+    assert len(checked) == len(rows) > 100
+    assert [r.fast for r in checked] == [r.plain for r in checked]
+    sample = json.loads(checked[0].fast)
+    assert sample["key"] == {"a": {"x": [1, None, "s"]}, "b": 1}
+    assert set(sample) == {"position", "operation", "metadata", "key", "payload"}
+
+
 def test_file_destination_long_raw_values_are_unbroken_base64(run_yaml, tmp_path):
     fields = {f"format.options.field_{n}": "string" for n in range(6)}
     payload = run_yaml(f"""
