@@ -93,9 +93,11 @@ def staging_frame(
     """
     table = str(settings.get("table") or "")
     key = str(settings.get("key") or "")
-    if '"' in key or any('"' in c for c in layout.columns):
+    quoted = [c for c in (key, *json_columns) if '"' in c]  # they are read through a JSON path
+    if quoted:
         raise FatalError(
-            f"postgres destination: column names must not contain '\"' (key {key!r})",
+            f"postgres destination: column {quoted[0]!r} (the key, or a json/array column) must not "
+            "contain '\"'",
             code=Code.INVALID_CONFIG,
         )
     tbl = sql_text(table) if table else f"nullif(metadata[{sql_text(META_COLLECTION)}], '')"
