@@ -107,19 +107,40 @@ PG_DESTINATION = """      - id: out
 # watching the destination -------------------------------------------------------------------------
 
 
-class FileWatcher(threading.Thread):
+class Tally:
+    """A running count and when it grew: one thread adds, another reads."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.events: list[tuple[float, int]] = []
+        """(when, count so far), one per addition."""
+        self._lock = threading.Lock()
+
+    def add(self, when: float, count: int) -> None:
+        with self._lock:
+            self.total += count
+            self.events.append((when, self.total))
+
+    def count(self) -> int:
+        with self._lock:
+            return self.total
+
+    def reached(self, total: int) -> float | None:
+        """When the count first reached ``total``."""
+        with self._lock:
+            return next((when for when, so_far in self.events if so_far >= total), None)
+
+
+class FileWatcher(threading.Thread, Tally):
     """Lists a file destination every WATCH_INTERVAL and notes when each published ``*.jsonl`` file was
     first seen and how many lines it holds (published files are complete and never change)."""
 
     def __init__(self, directory: Path) -> None:
-        super().__init__(name="watcher", daemon=True)
+        threading.Thread.__init__(self, name="watcher", daemon=True)
+        Tally.__init__(self)
         self.directory = directory
         self.seen: dict[str, float] = {}
-        self.lines = 0
-        self.events: list[tuple[float, int]] = []
-        """(first seen, lines seen so far), one per file."""
         self._halt = threading.Event()
-        self._lock = threading.Lock()
 
     def run(self) -> None:
         while not self._halt.is_set():
@@ -133,45 +154,19 @@ class FileWatcher(threading.Thread):
                     self.seen[name] = now
                     with open(self.directory / name, "rb") as fh:
                         count = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
-                    with self._lock:
-                        self.lines += count
-                        self.events.append((now, self.lines))
+                    self.add(now, count)
             self._halt.wait(WATCH_INTERVAL)
-
-    def count(self) -> int:
-        with self._lock:
-            return self.lines
-
-    def reached(self, total: int) -> float | None:
-        """When the lines seen first reached ``total``."""
-        with self._lock:
-            return next((when for when, lines in self.events if lines >= total), None)
 
     def stop(self) -> None:
         self._halt.set()
         self.join(5)
 
 
-class BatchLog:
+class BatchLog(Tally):
     """The engine's ``on_batch`` callback: when each micro-batch finished and the records read so far."""
 
-    def __init__(self) -> None:
-        self.read = 0
-        self.events: list[tuple[float, int]] = []
-        self._lock = threading.Lock()
-
     def __call__(self, run: PipelineRun, result: Any) -> None:
-        with self._lock:
-            self.read += result.read
-            self.events.append((time.time(), self.read))
-
-    def count(self) -> int:
-        with self._lock:
-            return self.read
-
-    def reached(self, total: int) -> float | None:
-        with self._lock:
-            return next((when for when, read in self.events if read >= total), None)
+        self.add(time.time(), result.read)
 
 
 @dataclass
