@@ -29,6 +29,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from airflow_conduit.config.fieldref import sql_string as sql_text
+from airflow_conduit.config.fieldref import variant_path
 from airflow_conduit.engine.connectors.postgres._common import redact
 from airflow_conduit.errors import Code, FatalError
 from airflow_conduit.record import META_COLLECTION
@@ -74,13 +76,9 @@ class Layout:
         return "seq bigint, op text, tbl text, key jsonb, err text, after jsonb"
 
 
-def sql_text(value: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _field(name: str) -> str:
-    return sql_text(f'$["{name}"]')
+    """The ``variant_get`` path of a top-level field, as a SQL literal."""
+    return sql_text(variant_path((name,)))
 
 
 def staging_frame(
