@@ -295,7 +295,7 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
     """The envelope serialises objects through maps for speed: the text must be exactly what Spark's
     own ``to_json`` of the whole OpenCDC struct gives, for every mix of objects, other JSON values,
     raw data and nulls."""
-    from airflow_conduit.record import opencdc_json_steps, opencdc_struct_sql
+    from airflow_conduit.record import RECORD_COLUMNS, opencdc_json_steps, opencdc_struct_sql
 
     values = ['{"b": 1, "a": {"x": [1, null, "s"]}}', "[1, 2]", '"text"', "3.50", "null", "{}", None]
     rows = [
@@ -317,18 +317,7 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         "CASE WHEN raw IS NOT NULL THEN raw END AS after_raw",
     )
     first, second = opencdc_json_steps()
-    fast = frame.selectExpr(*first).selectExpr(
-        f"{second} AS fast",
-        "position",
-        "operation",
-        "metadata",
-        "key",
-        "key_raw",
-        "before",
-        "before_raw",
-        "after",
-        "after_raw",
-    )
+    fast = frame.selectExpr(*first).selectExpr(f"{second} AS fast", *RECORD_COLUMNS)
     checked = fast.selectExpr(
         "fast", f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain"
     ).collect()

@@ -61,19 +61,47 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return json.dumps(value, default=str), None
 
 
+SOURCE_FIELDS = (
+    "position",
+    "operation",
+    "metadata",
+    "key_json",
+    "key_raw",
+    "before_json",
+    "before_raw",
+    "after_json",
+    "after_raw",
+)
+"""The row fields a record is made of, in :data:`SOURCE_SCHEMA` order."""
+
+
+def _record(
+    position: bytes,
+    operation: str,
+    metadata: Any,
+    key_json: str | None,
+    key_raw: bytes | None,
+    before_json: str | None,
+    before_raw: bytes | None,
+    after_json: str | None,
+    after_raw: bytes | None,
+) -> dict[str, Any]:
+    return {
+        "position": position,
+        "operation": operation,
+        "metadata": dict(metadata or ()),
+        "key": _data_in(key_json, key_raw),
+        "payload": {
+            "before": _data_in(before_json, before_raw),
+            "after": _data_in(after_json, after_raw),
+        },
+    }
+
+
 def record_of(row: Mapping[str, Any]) -> dict[str, Any]:
     """The plain-dict record a user's function gets, from a row whose data fields are ``*_json`` text
     (structured) or ``*_raw`` bytes."""
-    return {
-        "position": row["position"],
-        "operation": row["operation"],
-        "metadata": dict(row["metadata"] or ()),
-        "key": _data_in(row["key_json"], row["key_raw"]),
-        "payload": {
-            "before": _data_in(row["before_json"], row["before_raw"]),
-            "after": _data_in(row["after_json"], row["after_raw"]),
-        },
-    }
+    return _record(*(row[name] for name in SOURCE_FIELDS))
 
 
 class _Batch:
@@ -81,20 +109,24 @@ class _Batch:
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         self.columns = batch.to_pydict()
+        self._fields = [self.columns[name] for name in SOURCE_FIELDS]
 
     def record(self, i: int) -> dict[str, Any]:
-        """As :func:`record_of`, straight from the column lists (this runs once per record)."""
-        c = self.columns
-        return {
-            "position": c["position"][i],
-            "operation": c["operation"][i],
-            "metadata": dict(c["metadata"][i] or ()),
-            "key": _data_in(c["key_json"][i], c["key_raw"][i]),
-            "payload": {
-                "before": _data_in(c["before_json"][i], c["before_raw"][i]),
-                "after": _data_in(c["after_json"][i], c["after_raw"][i]),
-            },
-        }
+        """As :func:`record_of`, straight from the column lists (no per-row mapping)."""
+        position, operation, metadata, key_json, key_raw, before_json, before_raw, after_json, after_raw = (
+            self._fields
+        )
+        return _record(
+            position[i],
+            operation[i],
+            metadata[i],
+            key_json[i],
+            key_raw[i],
+            before_json[i],
+            before_raw[i],
+            after_json[i],
+            after_raw[i],
+        )
 
     def store(self, i: int, record: dict[str, Any]) -> None:
         c = self.columns
