@@ -87,13 +87,16 @@ def write(spark, records, settings, dlv=None, publish=True):
 
 
 def staging_tables(pg, url: str) -> list[tuple]:
-    return rows(pg, url, "SELECT tablename FROM pg_tables WHERE tablename LIKE '\\_conduit\\_stage\\_%'")
+    return rows(pg, url, "SELECT tablename FROM pg_tables WHERE tablename LIKE '\\_conduit\\_stage%'")
 
 
 # --- writing ----------------------------------------------------------------------------------------------
 
 
-def test_column_types_from_json(spark, pg, db):
+@pytest.mark.parametrize("with_array", [True, False], ids=["set-wise", "copy"])
+def test_column_types_from_json(spark, pg, db, with_array, caplog):
+    """Without the array column the batch is COPY-ed straight into the table; with it, it is applied
+    set-wise from the staging table (arrays come as JSON, which COPY cannot read). Same values."""
     rows(
         pg,
         db,
@@ -110,9 +113,13 @@ def test_column_types_from_json(spark, pg, db):
         "flag": True,
         "code": "ab",
     }
-    staged = write(
-        spark, [record(after=after), record(after={"id": 2, "doc": None})], {"url": db, "table": "typed"}
-    )
+    if not with_array:
+        del after["tags"]
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = write(
+            spark, [record(after=after), record(after={"id": 2, "doc": None})], {"url": db, "table": "typed"}
+        )
+    assert (destination.APPLIED if with_array else destination.COPIED) in caplog.text
     assert staged.nacks == []
     got = rows(
         pg,
@@ -120,7 +127,7 @@ def test_column_types_from_json(spark, pg, db):
         "SELECT id, price::text, at = '2026-01-02T03:04:05Z', tags, doc, j::text, flag, code, big FROM typed ORDER BY id",
     )
     assert got == [
-        (1, "12.35", True, [3, 4], {"a": [1, {"b": None}]}, '"text"', True, "ab", 2),
+        (1, "12.35", True, [3, 4] if with_array else None, {"a": [1, {"b": None}]}, '"text"', True, "ab", 2),
         (2, None, None, None, None, None, None, None, 4),
     ]
 
@@ -133,6 +140,7 @@ def test_insert_without_key_in_source_order(spark, pg, db, caplog):
         staged = write(spark, records, {"url": db, "table": "items"})
     # The destination logs where it wrote, never the password.
     assert "conduit:***@127.0.0.1" in caplog.text and "7 rows affected" in caplog.text
+    assert destination.COPIED in caplog.text
     assert APP_PASSWORD not in caplog.text
     assert staged.nacks == []
     got = rows(pg, db, "SELECT id, name, qty, note FROM items ORDER BY id")
@@ -233,20 +241,25 @@ def test_discard_leaves_nothing(spark, pg, db):
     assert staging_tables(pg, db) == []
 
 
-def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db):
+@pytest.mark.parametrize("key", ["id", ""], ids=["upsert", "insert"])
+def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db, key, caplog):
+    """Upserts bisect the set-wise apply; inserts first try one COPY into the table, which PostgreSQL
+    refuses as a whole, and then take the same path."""
     rows(
         pg,
         db,
         "CREATE TABLE pay (id int PRIMARY KEY, amount int NOT NULL CHECK (amount >= 0), code varchar(3)); "
         f"ALTER TABLE pay OWNER TO {APP_USER}",
     )
-    settings = {"url": db, "table": "pay", "key": "id"}
+    settings = {"url": db, "table": "pay", "key": key}
     records = [record(after={"id": i, "amount": i * 10, "code": "ok"}) for i in range(40)]  # seq = 10 * index
     records[3] = record(after={"id": 3, "amount": -5, "code": "ok"})  # CHECK violation
     records[17] = record(after={"id": 17, "amount": None, "code": "ok"})  # NOT NULL violation
     records[25] = record(after={"id": 25, "amount": "lots", "code": "ok"})  # not an integer
     records[33] = record(after={"id": 33, "amount": 1, "code": "toolong"})  # too long for varchar(3)
-    staged = write(spark, records, settings, delivery("hp"))
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = write(spark, records, settings, delivery("hp"))
+    assert destination.APPLIED in caplog.text
     nacked = dict(staged.nacks)
     assert sorted(nacked) == [30, 170, 250, 330]
     assert all(message.startswith("postgres: ") for message in nacked.values())

@@ -2,29 +2,33 @@
 
 Protocol, per batch and destination:
 
-1. ``stage`` (driver) creates an UNLOGGED staging table named after the pipeline, the destination and the
-   delivery hash (a leftover of an earlier crashed attempt of this destination is dropped first).
-2. The executors turn each record into one staging row in the same Spark pass that computes the batch
-   and stream them in with ``COPY`` (:mod:`.staging`): with a fixed ``table``, one text column per
-   table column (read before the pass), else ``key`` and ``after`` as ``jsonb``; ``err`` says why a
-   record cannot be applied (raw payload, a field that is no column...); such records are nacked.
-3. The driver opens ONE transaction: it locks this destination's row in ``_conduit_deliveries``, applies
-   the staged rows to the target tables set-wise (per key the last operation of the batch wins: deletes
-   with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``;
-   without ``key`` plain inserts in source order), stores the batch's delivery hash in the marker row and
-   drops the staging table. The transaction stays open: ``publish`` commits it, ``discard`` rolls it back.
-4. A data error in the bulk apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls back to
-   a savepoint and applies the batch again in halves of its seq range, each under its own savepoint, down
-   to single records (Transporter's resume phase, bisected): the records PostgreSQL refuses come back as
-   ``nacks`` for the DLQ, everything else is applied in source order.
+1. The executors turn each record into one staging row in the same Spark pass that computes the batch
+   (:mod:`.staging`): with a fixed ``table``, one text column per table column (read before the pass),
+   else ``key`` and ``after`` as ``jsonb``; ``err`` says why a record cannot be applied (raw payload, a
+   field that is no column...); such records are nacked. The driver collects the rows as Arrow.
+2. The driver opens ONE transaction and locks this destination's row in ``_conduit_deliveries``.
+3. Inserts into a fixed ``table`` (no ``key``, only scalar and json columns) are ``COPY``-ed straight into
+   it, in source order, under a savepoint. Anything else, or a batch whose ``COPY`` PostgreSQL refuses,
+   goes through a temporary staging table (``ON COMMIT DROP``) filled with ``COPY`` and applied set-wise:
+   per key the last operation of the batch wins (deletes with ``DELETE ... USING``,
+   creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``); without ``key`` plain
+   inserts in source order.
+4. A data error in the set-wise apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls
+   back to a savepoint and applies the batch again in halves of its seq range, each under its own
+   savepoint, down to single records (Transporter's resume phase, bisected): the records PostgreSQL
+   refuses come back as ``nacks`` for the DLQ, everything else is applied in source order.
+5. The same transaction stores the batch's delivery hash in the marker row. It stays open: ``publish``
+   commits it, ``discard`` rolls it back.
+
+Every row travels through the driver (one ``COPY`` stream in the marker's transaction): a micro-batch is
+bounded by ``maxRecordsPerBatch``, so that costs the driver one batch of text, not the backlog.
 
 Why exactly once: the rows and the marker commit in the same transaction, so PostgreSQL holds a batch's
 data if and only if it holds its delivery hash. A batch replayed after a crash (same offsets, same hash)
 finds its hash through :func:`delivered` and is acknowledged without writing; a crash before the commit
 leaves neither data nor marker, and the replay writes it. The marker row lock serialises two runs of the
-same pipeline that race for one batch. Staging rows that a retried Spark task copied twice are
-deduplicated by ``seq`` when applied. As for Spark's checkpoint, one run per pipeline at a time: a new
-attempt drops the staging tables this destination left behind.
+same pipeline that race for one batch. The staging table is temporary, so a crash leaves none
+behind.
 
 Conduit semantics and decisions: ``create``/``snapshot`` insert (upsert when ``key`` is set), ``update``
 upserts on ``key``, ``delete`` deletes by ``key``. The key value comes from ``.Key.<key>``, else
@@ -42,13 +46,12 @@ to fix). Messages never contain the password.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
@@ -60,11 +63,11 @@ from airflow_conduit.engine.connectors.postgres._common import (
     safe_url,
 )
 from airflow_conduit.engine.connectors.postgres.staging import (
-    COPY_FAILED,
-    SUMMARY_DDL,
     Layout,
-    copy_partitions,
+    collect,
+    copy_rows,
     staging_frame,
+    summaries,
 )
 from airflow_conduit.errors import Code, FatalError, TransientError
 from airflow_conduit.record import META_COLLECTION
@@ -72,7 +75,10 @@ from airflow_conduit.record import META_COLLECTION
 logger = logging.getLogger("airflow_conduit.destination.postgres")
 
 MARKER_TABLE = "_conduit_deliveries"
-STAGING_PREFIX = "_conduit_stage_"
+STAGING_TABLE = "_conduit_stage"
+COPIED = "copied into the table"
+APPLIED = "applied from the staging table"
+"""The batch's staging table: temporary, so one name serves every session."""
 
 _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
     pipeline_id text NOT NULL,
@@ -84,16 +90,6 @@ _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
 
 
 # --- names -------------------------------------------------------------------------------------------
-
-
-def _destination_tag(delivery: Delivery) -> str:
-    return hashlib.sha1(f"{delivery.pipeline_id}\0{delivery.destination_id}".encode()).hexdigest()[:12]
-
-
-def staging_table(delivery: Delivery) -> str:
-    """``_conduit_stage_<destination>_<delivery>``: fixed per delivery, under PostgreSQL's 63 bytes."""
-    ident = delivery.hash or f"{delivery.generation}:{delivery.batch_id}"
-    return f"{STAGING_PREFIX}{_destination_tag(delivery)}_{hashlib.sha1(ident.encode()).hexdigest()[:16]}"
 
 
 def _table_ident(name: str) -> Any:
@@ -128,7 +124,6 @@ class StagedPostgres:
 
     conn: Any
     url: str
-    staging: str
     nacks: list[tuple[int, str]] = field(default_factory=list)
     applied: int = 0
 
@@ -147,45 +142,18 @@ class StagedPostgres:
             logger.warning("postgres destination: rollback failed: %s", redact(str(error), self.url))
         finally:
             self.conn.close()
-        _drop_staging(self.url, self.staging)
 
 
-def _drop_staging(url: str, staging: str) -> None:
-    from psycopg import sql
-
-    try:
-        with connect(url) as conn:
-            conn.autocommit = True
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(staging)))
-    except Exception as error:  # a leftover is dropped by this destination's next stage()
-        logger.warning("postgres destination: cannot drop %s: %s", staging, redact(str(error), url))
-
-
-def _prepare(url: str, delivery: Delivery, staging: str, table: str, key: str) -> tuple[Layout, list[str]]:
-    """Marker table, leftovers of crashed attempts gone, a fresh staging table (committed, so the
-    executors' connections see it). With a fixed ``table`` the staging rows are typed by its columns
-    (:mod:`.staging`); the layout, and which of its columns take JSON as it is."""
-    from psycopg import sql
-
+def _prepare(url: str, table: str, key: str) -> tuple[Layout, _Target | None]:
+    """The marker table, and with a fixed ``table`` its columns: the staging rows are typed by them
+    (:mod:`.staging`)."""
     with connect(url) as conn:
         conn.autocommit = True
         conn.execute(_MARKER_DDL)
-        prefix = f"{STAGING_PREFIX}{_destination_tag(delivery)}_"
-        leftovers = conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND starts_with(tablename, %s)",
-            (prefix,),
-        ).fetchall()
-        for (name,) in leftovers:
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(name)))
-        layout, json_columns = Layout(), []
-        if table:
-            target = _target(conn.cursor(), table, key)
-            layout = Layout(target.columns)
-            json_columns = [c for c in target.columns if c not in target.scalar]
-        conn.execute(
-            sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(sql.Identifier(staging), sql.SQL(layout.ddl()))
-        )
-    return layout, json_columns
+        if not table:
+            return Layout(), None
+        target = _target(conn.cursor(), table, key)
+    return Layout(target.columns), target
 
 
 def _lock_marker(cur: Any, delivery: Delivery) -> str | None:
@@ -245,23 +213,23 @@ def _target(cur: Any, name: str, key: str) -> _Target:
 
 @dataclass
 class _TableBatch:
-    """What the batch holds for one table, from the executors' summary."""
+    """What the batch holds for one table (:func:`~.staging.summaries`)."""
 
     fields: set[str] = field(default_factory=set)
     deletes: bool = False
     upserts: bool = False
 
 
-def summarise(rows: list[Any]) -> dict[str, _TableBatch]:
-    """The executors' summary rows (:data:`_SUMMARY`) per table."""
+def summarise(rows: pa.Table, layout: Layout) -> dict[str, _TableBatch]:
+    """What the staging rows hold, per table."""
     tables: dict[str, _TableBatch] = {}
-    for row in rows:
-        table = tables.setdefault(row.tbl, _TableBatch())
-        if row.op == "delete":
+    for name, operation, fields, _count in summaries(rows, layout):
+        table = tables.setdefault(name, _TableBatch())
+        if operation == "delete":
             table.deletes = True
         else:
             table.upserts = True
-            table.fields.update(json.loads(row.fields) if row.fields else ())
+            table.fields.update(fields)
     return tables
 
 
@@ -327,8 +295,7 @@ def _apply_range(
     where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
     params = {"tbl": target.name, "lo": lo, "hi": hi}
     if not key:
-        # Source order; DISTINCT ON drops rows a retried Spark task copied twice (the sort is needed
-        # for the order anyway).
+        # Source order (DISTINCT ON keeps one row per seq, as the staging rows are only ever copied once).
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
             "(SELECT DISTINCT ON (s.seq) s.seq{payload} FROM {stage} s WHERE {where} ORDER BY s.seq) x "
@@ -487,33 +454,69 @@ def _apply_batch(
     return nacks, applier.applied
 
 
-def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
-    """Copy the batch into a staging table and apply it in an open transaction (see the module doc)."""
+def _copy_into_target(cur: Any, target: _Target, batch: _TableBatch, layout: Layout, rows: pa.Table) -> bool:
+    """Inserts ``COPY``-ed straight into the table, under a savepoint; False when the batch needs the
+    set-wise apply instead (upserts, deletes, array or composite columns) or PostgreSQL refused a row
+    (the apply then finds which)."""
+    import psycopg
+    import pyarrow.compute as pc
+
+    written = [c for c in target.columns if c in batch.fields]
+    if batch.deletes or not written or any(c not in target.scalar and c not in target.json for c in written):
+        return False
+    cur.execute("SAVEPOINT conduit_copy")
+    try:
+        applicable = rows.filter(pc.is_null(rows["err"]))
+        copy_rows(cur, _table_ident(target.name), [(c, layout.value_column(c)) for c in written], applicable)
+    except psycopg.Error as error:
+        if not is_data_error(error):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
+        return False
+    cur.execute("RELEASE SAVEPOINT conduit_copy")
+    return True
+
+
+def _apply(
+    conn: Any, url: str, layout: Layout, key: str, rows: pa.Table
+) -> tuple[list[tuple[int, str]], int, str]:
+    """Write the staging rows inside the open transaction (steps 3 and 4 of the protocol);
+    ``(nacks, rows affected, how)``."""
+    import pyarrow.compute as pc
     from psycopg import sql
 
+    cur = conn.cursor()
+    tables = summarise(rows, layout)
+    nacked = rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
+    if not tables:  # nothing to write: every record is nacked (or the batch is empty)
+        return [(r["seq"], r["err"]) for r in nacked], 0, "nothing to write"
+    if layout.typed and not key and len(tables) == 1:
+        [(name, batch)] = tables.items()
+        target = _target(cur, name, key)
+        if set(batch.fields) <= set(target.columns) and _copy_into_target(cur, target, batch, layout, rows):
+            return [(r["seq"], r["err"]) for r in nacked], rows.num_rows - len(nacked), COPIED
+    cur.execute(
+        sql.SQL("CREATE TEMPORARY TABLE {} ({}) ON COMMIT DROP").format(
+            sql.Identifier(STAGING_TABLE), sql.SQL(layout.ddl())
+        )
+    )
+    copy_rows(cur, sql.Identifier(STAGING_TABLE), [(c, c) for c in layout.copied], rows)
+    return (*_apply_batch(conn, url, STAGING_TABLE, layout, key, tables), APPLIED)
+
+
+def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
+    """Compute the batch's staging rows and write them in an open transaction (see the module doc)."""
     url = str(settings["url"])
     key = str(settings.get("key") or "")
-    staging = staging_table(delivery)
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
     started = time.perf_counter()
     with classified(url, context):
-        layout, json_columns = _prepare(url, delivery, staging, str(settings.get("table") or ""), key)
-    rows = staging_frame(records, settings, layout, json_columns)
-    try:
-        tables = summarise(rows.mapInArrow(copy_partitions(url, staging, layout), SUMMARY_DDL).collect())
-    except Exception as error:
-        text = str(error)
-        _drop_staging(url, staging)
-        if COPY_FAILED not in text:
-            raise
-        detail = text[text.index(COPY_FAILED) + len(COPY_FAILED) :].strip().splitlines()[0]
-        raise TransientError(
-            f"{context}: copying the batch into the staging table failed: {redact(detail, url)}",
-            code=Code.DESTINATION_FAILED,
-        ) from None
-    copied = time.perf_counter()
+        layout, target = _prepare(url, str(settings.get("table") or ""), key)
+    json_columns = [c for c in target.columns if c not in target.scalar] if target else []
+    rows = collect(staging_frame(records, settings, layout, json_columns))
+    computed = time.perf_counter()
     conn = connect(url)
-    staged = StagedPostgres(conn, url, staging)
+    staged = StagedPostgres(conn, url)
     try:
         with classified(url, context):
             cur = conn.cursor()
@@ -521,17 +524,16 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
             if held and held == delivery.hash:
                 # Another run committed this batch since the engine asked delivered(): nothing to write.
                 conn.rollback()
-                _drop_staging(url, staging)
                 return staged
-            staged.nacks, staged.applied = _apply_batch(conn, url, staging, layout, key, tables)
+            staged.nacks, staged.applied, how = _apply(conn, url, layout, key, rows)
             _store_marker(cur, delivery)
-            cur.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(staging)))
             logger.info(
-                "%s: batch %d staged in %.2f s, applied in %.2f s (%d rows affected, %d nacked)",
+                "%s: batch %d computed in %.2f s, %s in %.2f s (%d rows affected, %d nacked)",
                 context,
                 delivery.batch_id,
-                copied - started,
-                time.perf_counter() - copied,
+                computed - started,
+                how,
+                time.perf_counter() - computed,
                 staged.applied,
                 len(staged.nacks),
             )

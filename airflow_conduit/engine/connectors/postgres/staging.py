@@ -1,27 +1,26 @@
-"""The Spark side of the ``builtin:postgres`` destination: records to staging rows, and the executors'
-``COPY`` of them into the batch's staging table.
+"""Records to staging rows for the ``builtin:postgres`` destination, and the ``COPY`` of them.
 
 Two layouts, both computed by Spark expressions in the pass that computes the batch:
 
 - **typed**, when the destination names its ``table``: the driver reads the table's columns first, and
   each record becomes ``seq, op, tbl, key, err`` and one text column per table column (``c0``, ``c1``...,
   the field's value as PostgreSQL reads it: a JSON string unquoted, numbers and booleans as text,
-  objects and arrays as JSON). PostgreSQL then only casts text to the column types when it applies the
-  batch, instead of parsing a ``jsonb`` document per record and taking it apart again;
+  objects and arrays as JSON). PostgreSQL reads that text with the column types' own input functions,
+  instead of parsing a ``jsonb`` document per record and taking it apart again;
 - **json**, when the table comes from each record's ``opencdc.collection`` and the columns are not known
   before the pass: ``key`` and ``after`` travel as ``jsonb``.
 
 ``err`` says why a record cannot be applied (raw payload, no key, a field that is no column...); such
-records are nacked. Each partition streams its rows as CSV through one ``COPY`` (``mapInArrow`` +
-psycopg, no per-record Python) and reports which operations and fields it saw (:data:`SUMMARY_DDL`).
+records are nacked. The driver collects the rows as Arrow (:func:`collect`), summarises which tables,
+operations and fields the batch holds (:func:`summaries`) and streams them as CSV through ``COPY``
+(:func:`copy_rows`): no per-record Python anywhere.
 """
 
 from __future__ import annotations
 
 import io
-import itertools
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,19 +30,9 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.fieldref import sql_string as sql_text
 from airflow_conduit.config.fieldref import variant_path
-from airflow_conduit.engine.connectors.postgres._common import redact
 from airflow_conduit.errors import Code, FatalError
 from airflow_conduit.record import META_COLLECTION
 
-COPY_FAILED = "conduit-postgres-copy"
-"""Marks an executor's COPY failure in the Spark exception text, so the driver can tell it apart."""
-
-SUMMARY_DDL = "tbl string, op string, fields string, rows bigint"
-"""What the executors report: per (table, operation, field names) of the rows to apply, how many."""
-
-_SUMMARY = pa.schema(
-    [("tbl", pa.string()), ("op", pa.string()), ("fields", pa.string()), ("rows", pa.int64())]
-)
 _COMMON = ("seq", "op", "tbl", "key", "err")
 
 
@@ -194,67 +183,44 @@ def _error_sql(key: str, layout: Layout, table: str) -> str:
         END"""
 
 
-def _summaries(batch: pa.RecordBatch, layout: Layout) -> Iterator[tuple[str, str, str, int]]:
-    """``(tbl, op, fields as JSON, rows)`` of a batch's applicable rows."""
+def collect(rows: DataFrame) -> pa.Table:
+    """The staging rows on the driver, in source order (``seq``)."""
+    return rows.toArrow().sort_by("seq")
+
+
+def summaries(rows: pa.Table, layout: Layout) -> Iterator[tuple[str, str, list[str], int]]:
+    """``(tbl, op, field names, rows)`` of the rows to apply (``err`` is NULL)."""
     import pyarrow.compute as pc
 
-    ok = batch.filter(pc.is_null(batch.column("err")))
-    if not ok.num_rows:
+    table = rows.filter(pc.is_null(rows["err"]))
+    if not table.num_rows:
         return
-    table = pa.Table.from_batches([ok])
     if not layout.typed:
         grouped = table.group_by(["tbl", "op", "fields"]).aggregate([("seq", "count")])
         for row in grouped.to_pylist():
-            yield row["tbl"], row["op"], row["fields"], row["seq_count"]
+            yield row["tbl"], row["op"], json.loads(row["fields"] or "[]"), row["seq_count"]
         return
     present = [(f"p{i}", "any") for i in range(len(layout.columns))]
     for row in table.group_by(["tbl", "op"]).aggregate([("seq", "count"), *present]).to_pylist():
         fields = [c for i, c in enumerate(layout.columns) if row[f"p{i}_any"]]
-        yield row["tbl"], row["op"], json.dumps(fields), row["seq_count"]
+        yield row["tbl"], row["op"], fields, row["seq_count"]
 
 
-def copy_partitions(
-    url: str, staging: str, layout: Layout
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The executor side: stream a partition's staging rows into ``staging`` with one ``COPY``, and
-    summarise them (:data:`SUMMARY_DDL`).
+def copy_rows(cur: Any, table: Any, columns: Sequence[Any], rows: pa.Table) -> None:
+    """``COPY`` ``rows`` into ``table`` (a psycopg SQL object) as CSV; ``columns`` are ``(target column,
+    staging column)`` pairs.
 
-    CSV is produced by Arrow's writer (every non-null value quoted, so an empty string stays distinct
-    from NULL); psycopg passes the bytes through. The partition commits as a whole: a failed task leaves
-    nothing behind, and rows a retried task copies twice are deduplicated by ``seq`` when applied.
+    Arrow writes the CSV (every non-null value quoted, so an empty string stays distinct from NULL);
+    psycopg passes the bytes through.
     """
+    import pyarrow.csv as pa_csv
+    from psycopg import sql
 
-    def copy(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import psycopg
-        import pyarrow.csv as pa_csv
-        from psycopg import sql
-
-        options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
-        statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-            sql.Identifier(staging), sql.SQL(", ").join(map(sql.Identifier, layout.copied))
-        )
-        seen: dict[tuple[str, str, str], int] = {}
-        batches = (b for b in batches if b.num_rows)
-        first = next(batches, None)
-        if first is not None:  # connect only for partitions with rows: filters leave many empty
-            try:
-                with (
-                    psycopg.connect(url, connect_timeout=10) as conn,
-                    conn.cursor().copy(statement) as copier,
-                ):
-                    for batch in itertools.chain([first], batches):
-                        buffer = io.BytesIO()
-                        pa_csv.write_csv(batch.select(list(layout.copied)), buffer, options)
-                        copier.write(buffer.getbuffer())
-                        for tbl, op, fields, rows in _summaries(batch, layout):
-                            seen[tbl, op, fields] = seen.get((tbl, op, fields), 0) + rows
-                # Leaving the connection's block committed the partition's rows.
-            except psycopg.Error as error:
-                raise RuntimeError(
-                    f"{COPY_FAILED} [{error.sqlstate or ''}] {redact(str(error), url)}"
-                ) from None
-        if seen:
-            rows = [{"tbl": t, "op": o, "fields": f, "rows": n} for (t, o, f), n in seen.items()]
-            yield pa.RecordBatch.from_pylist(rows, schema=_SUMMARY)
-
-    return copy
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
+    buffer = io.BytesIO()
+    pa_csv.write_csv(rows.select([staged for _, staged in columns]), buffer, options)
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        table, sql.SQL(", ").join(sql.Identifier(target) for target, _ in columns)
+    )
+    with cur.copy(statement) as copier:
+        copier.write(buffer.getbuffer())
