@@ -40,6 +40,17 @@ SOURCE_SCHEMA = (
     "key_json string, key_raw binary, before_json string, before_raw binary, "
     "after_json string, after_raw binary"
 )
+SOURCE_TYPES = dict(column.split(" ", 1) for column in SOURCE_SCHEMA.split(", "))
+"""Column name -> Spark type of :data:`SOURCE_SCHEMA`."""
+SOURCE_DEFAULTS = {"operation": "create"}
+"""What a column a source does not yield holds (the others are NULL)."""
+
+
+def source_schema(*columns: str) -> str:
+    """The schema of a source that yields only ``columns`` of :data:`SOURCE_SCHEMA` (fewer columns cost
+    less to move from the Python worker into Spark); the engine fills in the others."""
+    return ", ".join(f"{name} {SOURCE_TYPES[name]}" for name in columns)
+
 
 INTERNAL_SCHEMA = "_src int, _seq bigint, _state string, _error string, _node string"
 # A record inside the engine: structured values as VARIANT.

@@ -123,7 +123,12 @@ def main() -> None:
 
     extra = PASS_THROUGH % work
     results: dict[str, list[float]] = {"bare": [], "pipeline": [], "python": [], "bare_python": []}
-    bare_spark(spark, source, work / "warmup")  # JIT and file cache, for both sides
+    # One unmeasured run of each job first: JIT, Python workers and file cache (the pipeline's first run
+    # in a session is about twice as slow as the next ones).
+    bare_spark(spark, source, work / "warmup")
+    conduit(spark, work, source, "warm")
+    conduit(spark, work, source, "warm-py", extra)
+    bare_spark_python(spark, source, work / "warmup-py", work)
     for round_ in range(args.repeat):
         results["bare"].append(bare_spark(spark, source, work / "out-bare"))
         results["pipeline"].append(conduit(spark, work, source, f"p{round_}"))

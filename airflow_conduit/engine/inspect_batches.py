@@ -23,7 +23,7 @@ from airflow_conduit.engine.connectors._stream import SourceContext, source_opti
 from airflow_conduit.engine.connectors.file import FileStreamReader
 from airflow_conduit.engine.connectors.generator import GeneratorStreamReader
 from airflow_conduit.offsets import OffsetLog, OffsetLogError
-from airflow_conduit.record import META_SOURCE_CONNECTOR
+from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS
 from airflow_conduit.state import PipelineState
 
 READERS: dict[str, type] = {
@@ -109,9 +109,12 @@ def stream_reader(source: ConnectorConfig) -> Any:
 
 
 def _rows(chunk: Any) -> Iterator[dict[str, Any]]:
-    """A stream reader yields tuples (in SOURCE_SCHEMA order) or Arrow record batches."""
+    """A stream reader yields tuples (in SOURCE_SCHEMA order) or Arrow record batches (of some of its
+    columns: the others take their defaults)."""
     if isinstance(chunk, pa.RecordBatch):
-        yield from chunk.to_pylist()
+        defaults = {**dict.fromkeys(_COLUMNS), **SOURCE_DEFAULTS}
+        for row in chunk.to_pylist():
+            yield {**defaults, **row}
     else:
         yield dict(zip(_COLUMNS, chunk, strict=True))
 

@@ -18,6 +18,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from airflow_conduit.config.fieldref import sql_string
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.connectors import SOURCES, SourceContext
@@ -28,6 +29,8 @@ from airflow_conduit.record import (
     DATA_FIELDS,
     META_READ_AT,
     META_SOURCE_CONNECTOR,
+    SOURCE_DEFAULTS,
+    SOURCE_TYPES,
     STATE_OPEN,
 )
 from airflow_conduit.state import PipelineState, utc_now
@@ -48,6 +51,14 @@ class RunOptions:
     """In continuous mode, the least time between micro-batch starts."""
 
 
+def _source_column(name: str, given: set[str]) -> str:
+    """A source column as the source gave it, or its default (a NULL JSON column parses to a constant)."""
+    if name in given:
+        return name
+    default = sql_string(SOURCE_DEFAULTS[name]) if name in SOURCE_DEFAULTS else "NULL"
+    return f"CAST({default} AS {SOURCE_TYPES[name]}) AS {name}"
+
+
 def source_records(
     spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState
 ) -> DataFrame:
@@ -62,12 +73,16 @@ def source_records(
         # the batch commits past them, so the source counts them as acked.
         listed = ", ".join(f"X'{p.hex()}'" for p in sorted(acked))
         raw = raw.filter(f"coalesce(NOT (position IN ({listed})), true)")
-    metadata = (
-        "map_concat(coalesce(metadata, cast(map() as map<string,string>)), map("
-        f"'{META_READ_AT}', cast(unix_micros(current_timestamp()) * 1000 as string), "
-        f"'{META_SOURCE_CONNECTOR}', '{source.node_id}')) AS metadata"
+    raw_columns = set(raw.columns)
+    raw = raw.selectExpr(*(_source_column(name, raw_columns) for name in SOURCE_TYPES))
+    standard = (
+        f"map('{META_READ_AT}', cast(unix_micros(current_timestamp()) * 1000 as string), "
+        f"'{META_SOURCE_CONNECTOR}', {sql_string(source.node_id)})"
     )
-    columns = ["position", "operation", metadata]
+    # Without source metadata the map is a constant (map_concat builds a new map for every record).
+    given = "coalesce(metadata, cast(map() as map<string,string>))"
+    metadata = f"map_concat({given}, {standard})" if "metadata" in raw_columns else standard
+    columns = ["position", "operation", f"{metadata} AS metadata"]
     for name in DATA_FIELDS:
         columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]
     records = raw.selectExpr(

@@ -69,8 +69,12 @@ def stop_requested(stop_file: str) -> bool:
 
 
 def read_python_source(
-    spark: SparkSession, source_cls: type, settings: dict[str, Any], ctx: SourceContext
+    spark: SparkSession,
+    source_cls: type,
+    settings: dict[str, Any],
+    ctx: SourceContext,
+    schema: str = SOURCE_SCHEMA,
 ) -> DataFrame:
     spark.dataSource.register(source_cls)
-    reader = spark.readStream.format(source_cls.name()).schema(SOURCE_SCHEMA)
+    reader = spark.readStream.format(source_cls.name()).schema(schema)
     return reader.options(**source_options(settings, ctx)).load()

@@ -1,7 +1,7 @@
 """``builtin:file``: a source of lines and a destination of OpenCDC JSON-lines files.
 
 Source: ``path`` is a file or a directory (its files whose names do not start with ``_`` or ``.``, in
-name order). Each complete line is a record with raw ``.Payload.After``; its position is
+name order). Each complete line is a ``create`` record with raw ``.Payload.After``; its position is
 ``FILE:BYTE_OFFSET``. The offset per file lives in Spark's offset log, so in continuous mode new files
 and appended lines are picked up, and a partial last line waits for its newline.
 
@@ -32,7 +32,7 @@ from airflow_conduit.engine.connectors._stream import (
     stop_requested,
 )
 from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
-from airflow_conduit.record import SOURCE_SCHEMA
+from airflow_conduit.record import source_schema
 
 SCAN_CHUNK = 8 << 20
 MIN_PARTITION_BYTES = 1 << 20
@@ -169,19 +169,9 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Files are not consumed: the offsets in Spark's log are the whole position."""
 
 
-_ARROW_SCHEMA = pa.schema(
-    [
-        ("position", pa.binary()),
-        ("operation", pa.string()),
-        ("metadata", pa.map_(pa.string(), pa.string())),
-        ("key_json", pa.string()),
-        ("key_raw", pa.binary()),
-        ("before_json", pa.string()),
-        ("before_raw", pa.binary()),
-        ("after_json", pa.string()),
-        ("after_raw", pa.binary()),
-    ]
-)
+SCHEMA = source_schema("position", "after_raw")
+"""What the file source yields: the rest of a record is the engine's default (a ``create``)."""
+_ARROW_SCHEMA = pa.schema([("position", pa.binary()), ("after_raw", pa.binary())])
 
 
 def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBatch]:
@@ -203,7 +193,7 @@ def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBat
         positions = pc.binary_join_element_wise(
             pa.scalar(f"{name}:"), pc.cast(pa.array(line_starts + base), pa.string()), ""
         ).cast(pa.binary())
-        yield _batch(positions, payload)
+        yield pa.RecordBatch.from_arrays([positions, payload], schema=_ARROW_SCHEMA)
 
 
 def _without_line_end(values: pa.BinaryArray) -> pa.Array:
@@ -215,36 +205,20 @@ def _without_line_end(values: pa.BinaryArray) -> pa.Array:
     return cut
 
 
-def _batch(positions: pa.Array, payload: pa.Array) -> pa.RecordBatch:
-    n = len(positions)
-    columns = [
-        positions,
-        pa.array(["create"] * n, pa.string()),
-        pa.nulls(n, pa.map_(pa.string(), pa.string())),
-        pa.nulls(n, pa.string()),
-        pa.nulls(n, pa.binary()),
-        pa.nulls(n, pa.string()),
-        pa.nulls(n, pa.binary()),
-        pa.nulls(n, pa.string()),
-        payload,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=_ARROW_SCHEMA)
-
-
 class FileDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "conduit_file"
 
     def schema(self) -> str:
-        return SOURCE_SCHEMA
+        return SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return FileStreamReader(dict(self.options))
 
 
 def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
-    return read_python_source(spark, FileDataSource, settings, ctx)
+    return read_python_source(spark, FileDataSource, settings, ctx, SCHEMA)
 
 
 # destination -------------------------------------------------------------------------------------
