@@ -386,6 +386,41 @@ pipelines:
     assert [nack_error(r) for r in dlq] == [(f"ValueError: record {i} is no good", "p:py") for i in bad]
 
 
+UDF_TAG = """
+def tag(record):
+    record["payload"]["after"]["seen"] = True
+    return record
+"""
+
+
+def test_custom_python_keeps_numbers_exact(run_yaml, tmp_path):
+    """Integers past 64 bits (which orjson would read as floats) and at the edge of it come back exact."""
+    module_dir = write_module(tmp_path / "udf", "udf_tag", UDF_TAG)
+    lines = [
+        {"n": 123456789012345678901234567890, "s": "é\u2603", "nested": {"a": [1, 2.5, None]}},
+        {"n": 9223372036854775807, "m": -9223372036854775808, "f": 0.1},
+        {"n": 18446744073709551616, "text": "1234567890123456789012345"},
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: py, plugin: custom.python, settings: {{function: "udf_tag:tag", path: "{module_dir}"}}}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    assert [r["payload"]["after"] for r in read_jsonl(tmp_path / "out")] == [
+        {**line, "seen": True} for line in lines
+    ]
+
+
 UDF_TRANSIENT = """
 import os
 from airflow_conduit.errors import TransientError
