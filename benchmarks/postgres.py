@@ -140,7 +140,8 @@ def main() -> None:
             layout = staging.Layout(("id", "name", "amount", "city", "paid", "score"))
             for start in range(0, args.records, args.batch):
                 rows = records.filter(f"_seq >= {start} AND _seq < {start + args.batch}")
-                staging.collect(staging.staging_frame(rows, {"url": url, "table": "t_conduit"}, layout))
+                frame = staging.staging_frame(rows, {"url": url, "table": "t_conduit"}, layout)
+                staging.collect(frame, "benchmark")
 
         runs = {
             "step 1 only: staging rows to the driver": (None, step1_rows),

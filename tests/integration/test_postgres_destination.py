@@ -308,6 +308,24 @@ def test_records_that_cannot_be_mapped_are_nacked(spark, pg, db):
 # --- errors -----------------------------------------------------------------------------------------------
 
 
+def test_a_batch_too_large_for_the_driver_is_fatal_and_says_what_to_change(spark, pg, db, monkeypatch):
+    """The driver collects each micro-batch; Spark refuses one past spark.driver.maxResultSize. A
+    session with a tiny limit would need its own JVM, so Spark's refusal is injected."""
+    rows(pg, db, f"CREATE TABLE t (id int); ALTER TABLE t OWNER TO {APP_USER}")
+
+    def too_large(self):
+        raise RuntimeError(
+            "Job aborted due to stage failure: Total size of serialized results of 2 tasks (1100.0 MiB) "
+            "is bigger than spark.driver.maxResultSize (1024.0 MiB)"
+        )
+
+    monkeypatch.setattr(type(spark.range(1)), "toArrow", too_large)
+    with pytest.raises(FatalError) as caught:
+        write(spark, [record(after={"id": 1})], {"url": db, "table": "t"})
+    assert "lower the source's maxRecordsPerBatch" in str(caught.value)
+    assert rows(pg, db, "SELECT count(*) FROM t") == [(0,)]
+
+
 def test_missing_table_is_fatal_and_names_it(spark, pg, db):
     with pytest.raises(FatalError) as caught:
         write(spark, [record(after={"id": 1})], {"url": db, "table": "no_such_table"})

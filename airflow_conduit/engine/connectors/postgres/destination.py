@@ -513,7 +513,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     with classified(url, context):
         layout, target = _prepare(url, str(settings.get("table") or ""), key)
     json_columns = [c for c in target.columns if c not in target.scalar] if target else []
-    rows = collect(staging_frame(records, settings, layout, json_columns))
+    rows = collect(staging_frame(records, settings, layout, json_columns), context)
     computed = time.perf_counter()
     conn = connect(url)
     staged = StagedPostgres(conn, url)

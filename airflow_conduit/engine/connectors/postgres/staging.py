@@ -183,9 +183,22 @@ def _error_sql(key: str, layout: Layout, table: str) -> str:
         END"""
 
 
-def collect(rows: DataFrame) -> pa.Table:
-    """The staging rows on the driver, in source order (``seq``)."""
-    return rows.toArrow().sort_by("seq")
+def collect(rows: DataFrame, context: str) -> pa.Table:
+    """The staging rows on the driver, in source order (``seq``).
+
+    One micro-batch of them must fit Spark's ``spark.driver.maxResultSize`` (1g by default); a batch
+    that does not is refused with what to change, as retrying it would fail again.
+    """
+    try:
+        return rows.toArrow().sort_by("seq")
+    except Exception as error:  # Spark's error comes through Py4J; its text names the setting
+        if "maxResultSize" not in str(error):
+            raise
+        raise FatalError(
+            f"{context}: the micro-batch is larger than spark.driver.maxResultSize allows the driver to "
+            "collect: lower the source's maxRecordsPerBatch, or raise spark.driver.maxResultSize",
+            code=Code.DESTINATION_FAILED,
+        ) from None
 
 
 def summaries(rows: pa.Table, layout: Layout) -> Iterator[tuple[str, str, list[str], int]]:
