@@ -151,20 +151,21 @@ def main() -> None:
             "spark jdbc append": ("t_jdbc", jdbc),
         }
         times: dict[str, list[float]] = {name: [] for name in runs}
-        for _ in range(args.repeat):
+        for round_ in range(args.repeat + 1):  # round 0 warms every job up (JIT, connections) unmeasured
             for name, (table, run) in runs.items():
                 if table:
                     cluster.execute(f"TRUNCATE {table}", "bench")
                 started = time.perf_counter()
                 run()
-                times[name].append(time.perf_counter() - started)
+                if round_:
+                    times[name].append(time.perf_counter() - started)
                 if table:
                     count = cluster.execute(f"SELECT count(*) FROM {table}", "bench")[0][0]
                     assert count == args.records, (name, count)
         best = {name: min(values) for name, values in times.items()}
         baseline = args.records / best["spark jdbc append"]
         from_records = args.records / best["spark jdbc append, from VARIANT records"]
-        print(f"{args.records} records, batches of {args.batch}, best of {args.repeat}:")
+        print(f"{args.records} records, batches of {args.batch}, best of {args.repeat} after a warm-up round:")
         for name, seconds in best.items():
             rate = args.records / seconds
             print(
