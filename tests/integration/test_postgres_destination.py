@@ -153,6 +153,21 @@ def test_insert_without_key_in_source_order(spark, pg, db, caplog):
     assert marker == [("p", "out", "h1", 0)]
 
 
+def test_a_field_set_to_null_writes_null_not_the_default(spark, pg, db):
+    """A JSON null sets its column (NULL), while a column no record names keeps its default."""
+    rows(
+        pg,
+        db,
+        "CREATE TABLE n (id serial PRIMARY KEY, note text DEFAULT 'dflt', qty int, tag text DEFAULT 'd2'); "
+        f"ALTER TABLE n OWNER TO {APP_USER}",
+    )
+    staged = write(
+        spark, [record(after={"note": None, "qty": 1}), record(after={"qty": 2})], {"url": db, "table": "n"}
+    )
+    assert staged.nacks == []
+    assert rows(pg, db, "SELECT note, qty, tag FROM n ORDER BY id") == [(None, 1, "d2"), (None, 2, "d2")]
+
+
 def test_upsert_and_delete_by_key_last_operation_wins(spark, pg, db):
     rows(
         pg,

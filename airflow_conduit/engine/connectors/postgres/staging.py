@@ -116,15 +116,18 @@ def staging_frame(
         scalars = [c for c in layout.columns if c not in json_columns]
         as_text = ", ".join(f"`{c.replace('`', '``')}` string" for c in scalars)
         texts = f"try_variant_get(after, '$', 'struct<{as_text}>')" if scalars else "NULL"
-        rows = rows.selectExpr("*", f"{texts} AS texts")
+        # h{i}: the payload has the column's field. A value in the struct says so without a map lookup.
+        has = [
+            f"coalesce({'' if c in json_columns else f'{_text_sql(c, False)} IS NOT NULL OR '}"
+            f"map_contains_key(fields_map, {sql_text(c)}), false) AS h{i}"
+            for i, c in enumerate(layout.columns)
+        ]
+        rows = rows.selectExpr("*", f"{texts} AS texts").selectExpr("*", *has)
         values = [
             f"CASE WHEN {applied} THEN {_text_sql(c, c in json_columns)} END AS c{i}"
             for i, c in enumerate(layout.columns)
         ]
-        present = [
-            f"({applied} AND map_contains_key(fields_map, {sql_text(column)})) AS p{i}"
-            for i, column in enumerate(layout.columns)
-        ]
+        present = [f"({applied} AND h{i}) AS p{i}" for i in range(len(layout.columns))]
         extra = [*values, *present]
     else:
         extra = [
@@ -161,10 +164,12 @@ def _error_sql(key: str, layout: Layout, table: str) -> str:
         )
     unknown_rule = ""
     if layout.typed:
+        # More fields than columns it has (h{i}, see staging_frame): only then look for the name.
+        known_fields = " + ".join(f"CAST(h{i} AS INT)" for i in range(len(layout.columns)))
         known = ", ".join(sql_text(c) for c in layout.columns)
         unknown = f"array_except(map_keys(fields_map), array({known}))"
         unknown_rule = (
-            f"WHEN operation <> 'delete' AND size({unknown}) > 0 THEN concat('postgres: column \"', "
+            f"WHEN operation <> 'delete' AND size(fields_map) > {known_fields} THEN concat('postgres: column \"', "
             f"element_at({unknown}, 1), '\" of relation \"', {sql_text(table)}, '\" does not exist')"
         )
     return f"""CASE
