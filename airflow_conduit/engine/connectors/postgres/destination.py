@@ -76,9 +76,10 @@ logger = logging.getLogger("airflow_conduit.destination.postgres")
 
 MARKER_TABLE = "_conduit_deliveries"
 STAGING_TABLE = "_conduit_stage"
+"""The batch's staging table: temporary, so one name serves every session."""
+# How a batch was written, as the log says it.
 COPIED = "copied into the table"
 APPLIED = "applied from the staging table"
-"""The batch's staging table: temporary, so one name serves every session."""
 
 _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
     pipeline_id text NOT NULL,
@@ -295,7 +296,7 @@ def _apply_range(
     where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
     params = {"tbl": target.name, "lo": lo, "hi": hi}
     if not key:
-        # Source order (DISTINCT ON keeps one row per seq, as the staging rows are only ever copied once).
+        # Source order. Each seq is staged once; DISTINCT ON only guards that, at no cost next to the sort.
         statement = sql.SQL(
             "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
             "(SELECT DISTINCT ON (s.seq) s.seq{payload} FROM {stage} s WHERE {where} ORDER BY s.seq) x "
