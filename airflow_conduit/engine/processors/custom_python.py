@@ -70,7 +70,12 @@ def _data_in(text: str | None, raw: bytes | None, long_number: bool | None = Non
         return raw
     if long_number is None:
         long_number = _LONG_NUMBER.search(text) is not None
-    return json.loads(text) if long_number else orjson.loads(text)
+    if not long_number:
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:  # e.g. a lone surrogate escape, which the json module accepts
+            pass
+    return json.loads(text)
 
 
 def _data_out(value: Any) -> tuple[str | None, bytes | None]:
