@@ -165,7 +165,9 @@ def main() -> None:
         best = {name: min(values) for name, values in times.items()}
         baseline = args.records / best["spark jdbc append"]
         from_records = args.records / best["spark jdbc append, from VARIANT records"]
-        print(f"{args.records} records, batches of {args.batch}, best of {args.repeat} after a warm-up round:")
+        print(
+            f"{args.records} records, batches of {args.batch}, best of {args.repeat} after a warm-up round:"
+        )
         for name, seconds in best.items():
             rate = args.records / seconds
             print(
