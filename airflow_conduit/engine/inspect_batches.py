@@ -23,15 +23,14 @@ from airflow_conduit.engine.connectors._stream import SourceContext, source_opti
 from airflow_conduit.engine.connectors.file import FileStreamReader
 from airflow_conduit.engine.connectors.generator import GeneratorStreamReader
 from airflow_conduit.offsets import OffsetLog, OffsetLogError
-from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS
+from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS, SOURCE_TYPES
 from airflow_conduit.state import PipelineState
 
 READERS: dict[str, type] = {
     "builtin:generator": GeneratorStreamReader,
     "builtin:file": FileStreamReader,
 }
-_COLUMNS = ("position", "operation", "metadata", "key_json", "key_raw")
-_COLUMNS += ("before_json", "before_raw", "after_json", "after_raw")
+_COLUMNS = tuple(SOURCE_TYPES)
 
 
 @dataclass(frozen=True)

@@ -80,8 +80,8 @@ def source_records(
         f"'{META_SOURCE_CONNECTOR}', {sql_string(source.node_id)})"
     )
     # Without source metadata the map is a constant (map_concat builds a new map for every record).
-    given = "coalesce(metadata, cast(map() as map<string,string>))"
-    metadata = f"map_concat({given}, {standard})" if "metadata" in raw_columns else standard
+    source_metadata = "coalesce(metadata, cast(map() as map<string,string>))"
+    metadata = f"map_concat({source_metadata}, {standard})" if "metadata" in raw_columns else standard
     columns = ["position", "operation", f"{metadata} AS metadata"]
     for name in DATA_FIELDS:
         columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]

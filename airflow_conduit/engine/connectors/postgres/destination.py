@@ -221,10 +221,10 @@ class _TableBatch:
     upserts: bool = False
 
 
-def summarise(rows: pa.Table, layout: Layout) -> dict[str, _TableBatch]:
-    """What the staging rows hold, per table."""
+def summarise(applicable: pa.Table, layout: Layout) -> dict[str, _TableBatch]:
+    """What the staging rows to apply hold, per table."""
     tables: dict[str, _TableBatch] = {}
-    for name, operation, fields, _count in summaries(rows, layout):
+    for name, operation, fields, _count in summaries(applicable, layout):
         table = tables.setdefault(name, _TableBatch())
         if operation == "delete":
             table.deletes = True
@@ -455,19 +455,19 @@ def _apply_batch(
     return nacks, applier.applied
 
 
-def _copy_into_target(cur: Any, target: _Target, batch: _TableBatch, layout: Layout, rows: pa.Table) -> bool:
-    """Inserts ``COPY``-ed straight into the table, under a savepoint; False when the batch needs the
-    set-wise apply instead (upserts, deletes, array or composite columns) or PostgreSQL refused a row
-    (the apply then finds which)."""
+def _copy_into_target(
+    cur: Any, target: _Target, batch: _TableBatch, layout: Layout, applicable: pa.Table
+) -> bool:
+    """The applicable rows ``COPY``-ed straight into the table, under a savepoint; False when the batch
+    needs the set-wise apply instead (upserts, deletes, array or composite columns) or PostgreSQL refused
+    a row (the apply then finds which)."""
     import psycopg
-    import pyarrow.compute as pc
 
     written = [c for c in target.columns if c in batch.fields]
     if batch.deletes or not written or any(c not in target.scalar and c not in target.json for c in written):
         return False
     cur.execute("SAVEPOINT conduit_copy")
     try:
-        applicable = rows.filter(pc.is_null(rows["err"]))
         copy_rows(cur, _table_ident(target.name), [(c, layout.value_column(c)) for c in written], applicable)
     except psycopg.Error as error:
         if not is_data_error(error):
@@ -476,6 +476,15 @@ def _copy_into_target(cur: Any, target: _Target, batch: _TableBatch, layout: Lay
         return False
     cur.execute("RELEASE SAVEPOINT conduit_copy")
     return True
+
+
+def _refused_in_spark(rows: pa.Table) -> list[tuple[int, str]]:
+    """``(seq, err)`` of the staging rows that carry an error."""
+    import pyarrow.compute as pc
+
+    return [
+        (r["seq"], r["err"]) for r in rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
+    ]
 
 
 def _apply(
@@ -487,15 +496,17 @@ def _apply(
     from psycopg import sql
 
     cur = conn.cursor()
-    tables = summarise(rows, layout)
-    nacked = rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
+    applicable = rows.filter(pc.is_null(rows["err"]))
+    tables = summarise(applicable, layout)
     if not tables:  # nothing to write: every record is nacked (or the batch is empty)
-        return [(r["seq"], r["err"]) for r in nacked], 0, "nothing to write"
+        return _refused_in_spark(rows), 0, "nothing to write"
     if layout.typed and not key and len(tables) == 1:
         [(name, batch)] = tables.items()
         target = _target(cur, name, key)
-        if set(batch.fields) <= set(target.columns) and _copy_into_target(cur, target, batch, layout, rows):
-            return [(r["seq"], r["err"]) for r in nacked], rows.num_rows - len(nacked), COPIED
+        if set(batch.fields) <= set(target.columns) and _copy_into_target(
+            cur, target, batch, layout, applicable
+        ):
+            return _refused_in_spark(rows), applicable.num_rows, COPIED
     cur.execute(
         sql.SQL("CREATE TEMPORARY TABLE {} ({}) ON COMMIT DROP").format(
             sql.Identifier(STAGING_TABLE), sql.SQL(layout.ddl())

@@ -206,20 +206,17 @@ def collect(rows: DataFrame, context: str) -> pa.Table:
         ) from None
 
 
-def summaries(rows: pa.Table, layout: Layout) -> Iterator[tuple[str, str, list[str], int]]:
-    """``(tbl, op, field names, rows)`` of the rows to apply (``err`` is NULL)."""
-    import pyarrow.compute as pc
-
-    table = rows.filter(pc.is_null(rows["err"]))
-    if not table.num_rows:
+def summaries(applicable: pa.Table, layout: Layout) -> Iterator[tuple[str, str, list[str], int]]:
+    """``(tbl, op, field names, rows)`` of the rows to apply (those whose ``err`` is NULL)."""
+    if not applicable.num_rows:
         return
     if not layout.typed:
-        grouped = table.group_by(["tbl", "op", "fields"]).aggregate([("seq", "count")])
+        grouped = applicable.group_by(["tbl", "op", "fields"]).aggregate([("seq", "count")])
         for row in grouped.to_pylist():
             yield row["tbl"], row["op"], json.loads(row["fields"] or "[]"), row["seq_count"]
         return
     present = [(f"p{i}", "any") for i in range(len(layout.columns))]
-    for row in table.group_by(["tbl", "op"]).aggregate([("seq", "count"), *present]).to_pylist():
+    for row in applicable.group_by(["tbl", "op"]).aggregate([("seq", "count"), *present]).to_pylist():
         fields = [c for i, c in enumerate(layout.columns) if row[f"p{i}_any"]]
         yield row["tbl"], row["op"], fields, row["seq_count"]
 
