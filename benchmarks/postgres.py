@@ -4,15 +4,15 @@ Both write the same cached rows (structured records with five fields) from the s
 same-shaped tables of a throwaway PostgreSQL cluster (tests/pgcluster.py):
 
 (a) the destination's own code path, per micro-batch of ``--batch`` records: ``stage`` (Spark computes the
-    staging rows, the driver COPYs them in one transaction with the delivery marker: straight into the
-    table for inserts, through a temporary staging table for upserts) then ``publish``; once without
+    staging rows, the driver COPYs them as they arrive in one transaction with the delivery marker:
+    straight into the table for inserts, through a temporary staging table for upserts) then ``publish``; once without
     ``key`` (inserts) and once with ``key`` (upserts on the primary key);
 (b) ``df.write.jdbc(mode="append")`` with Debian's PostgreSQL JDBC driver, the job a user would write
     without any delivery guarantee (a replayed batch duplicates its rows): from the plain columns, and
     from the same VARIANT records (``variant_get`` per column first).
 
-One line times step 1 of the destination alone: Spark computing the typed staging rows and collecting
-them on the driver as Arrow.
+One line times step 1 of the destination alone: Spark computing the typed staging rows and handing them
+to the driver as Arrow.
 
     .venv/bin/python benchmarks/postgres.py [--records N] [--batch B] [--repeat K]
 """
@@ -72,49 +72,52 @@ def main() -> None:
         for name in ("t_conduit", "t_conduit_key", "t_jdbc", "t_jdbc2"):
             cluster.execute(TABLE_DDL.format(name=name), "bench")
             cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
-        # The same rows for both: plain columns for JDBC, the engine's record form for the destination.
-        # 4 partitions, as a source hands Spark its micro-batch.
-        plain = (
-            spark.range(args.records, numPartitions=4)
-            .selectExpr(
-                "id",
-                "concat('name-', id % 1000) AS name",
-                "cast(id % 977 AS int) AS amount",
-                "element_at(array('berlin', 'lisbon', 'oslo', 'rome'), cast(id % 4 AS int) + 1) AS city",
-                "id % 2 = 0 AS paid",
-                "id / 7.0d AS score",
+        # The same rows for both, cached: plain columns for JDBC, the engine's record form (VARIANT) for
+        # the destination. Each micro-batch is a frame of its own with 4 partitions, as the engine hands
+        # a destination its batch (the file source cuts one into 4 pieces on 2 cores).
+        plain_batches, record_batches = [], []
+        for start in range(0, args.records, args.batch):
+            end = min(start + args.batch, args.records)
+            plain = (
+                spark.range(start, end, numPartitions=4)
+                .selectExpr(
+                    "id",
+                    "concat('name-', id % 1000) AS name",
+                    "cast(id % 977 AS int) AS amount",
+                    "element_at(array('berlin', 'lisbon', 'oslo', 'rome'), cast(id % 4 AS int) + 1) AS city",
+                    "id % 2 = 0 AS paid",
+                    "id / 7.0d AS score",
+                )
+                .persist()
             )
-            .persist()
-        )
-        plain.count()
-        records = plain.selectExpr(
-            "cast(cast(id AS string) AS binary) AS position",
-            "'create' AS operation",
-            "map('opencdc.collection', 'orders') AS metadata",
-            "CAST(NULL AS VARIANT) AS key",
-            "cast(cast(id AS string) AS binary) AS key_raw",
-            "CAST(NULL AS VARIANT) AS before",
-            "CAST(NULL AS BINARY) AS before_raw",
-            "to_variant_object(named_struct('id', id, 'name', name, 'amount', amount, 'city', city, "
-            "'paid', paid, 'score', score)) AS after",
-            "CAST(NULL AS BINARY) AS after_raw",
-            "id AS _seq",
-        ).persist()
-        records.count()  # both sides start from cached rows in their own form: VARIANT records, plain columns
+            records = plain.selectExpr(
+                "cast(cast(id AS string) AS binary) AS position",
+                "'create' AS operation",
+                "map('opencdc.collection', 'orders') AS metadata",
+                "CAST(NULL AS VARIANT) AS key",
+                "cast(cast(id AS string) AS binary) AS key_raw",
+                "CAST(NULL AS VARIANT) AS before",
+                "CAST(NULL AS BINARY) AS before_raw",
+                "to_variant_object(named_struct('id', id, 'name', name, 'amount', amount, 'city', city, "
+                "'paid', paid, 'score', score)) AS after",
+                "CAST(NULL AS BINARY) AS after_raw",
+                "id AS _seq",
+            ).persist()
+            plain.count(), records.count()
+            plain_batches.append(plain)
+            record_batches.append(records)
         jdbc_props = {"user": APP_USER, "password": APP_PASSWORD, "driver": "org.postgresql.Driver"}
 
         def conduit(table: str, key: str) -> None:
             settings = {"url": url, "table": table, "key": key}
-            for batch, start in enumerate(range(0, args.records, args.batch)):
-                rows = records.filter(f"_seq >= {start} AND _seq < {start + args.batch}")
+            for batch, rows in enumerate(record_batches):
                 delivery = Delivery("bench", table, batch, "g", f"{table}-{time.monotonic_ns()}-{batch}")
                 staged = destination.stage(rows, settings, delivery)
                 assert not staged.nacks, staged.nacks[:3]
                 staged.publish()
 
         def jdbc() -> None:
-            for start in range(0, args.records, args.batch):
-                rows = plain.filter(f"id >= {start} AND id < {start + args.batch}")
+            for rows in plain_batches:
                 rows.write.jdbc(cluster.jdbc_url("bench"), "t_jdbc", mode="append", properties=jdbc_props)
 
         typed = [
@@ -131,17 +134,16 @@ def main() -> None:
 
         def jdbc_from_records() -> None:
             """What a user holding the same VARIANT records would write: typed columns, then JDBC."""
-            for start in range(0, args.records, args.batch):
-                rows = records.filter(f"_seq >= {start} AND _seq < {start + args.batch}").selectExpr(*typed)
+            for records in record_batches:
+                rows = records.selectExpr(*typed)
                 rows.write.jdbc(cluster.jdbc_url("bench"), "t_jdbc2", mode="append", properties=jdbc_props)
 
         def step1_rows() -> None:
             """Step 1 alone as the destination does it: the typed staging rows, on the driver."""
             layout = staging.Layout(("id", "name", "amount", "city", "paid", "score"))
-            for start in range(0, args.records, args.batch):
-                rows = records.filter(f"_seq >= {start} AND _seq < {start + args.batch}")
-                frame = staging.staging_frame(rows, {"url": url, "table": "t_conduit"}, layout)
-                staging.collect(frame, "benchmark")
+            for records in record_batches:
+                frame = staging.staging_frame(records, {"url": url, "table": "t_conduit"}, layout)
+                sum(batch.num_rows for batch in staging.stream(frame, "benchmark"))
 
         runs = {
             "step 1 only: staging rows to the driver": (None, step1_rows),

@@ -12,7 +12,7 @@ import pytest
 from pgcluster import APP_PASSWORD, APP_USER
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.engine.connectors.postgres import destination
+from airflow_conduit.engine.connectors.postgres import destination, staging
 from airflow_conduit.errors import FatalError, TransientError
 
 pytestmark = pytest.mark.spark
@@ -47,29 +47,31 @@ def record(
     return (b"p", op, metadata, dump(key), key_raw, dump(before), None, dump(after), after_raw)
 
 
-def frame(spark, records: list[tuple]):
-    """Records in the engine's form (structured data as VARIANT) with ``_seq`` in list order, spread
-    over two partitions so the COPY runs from several tasks."""
+def frame(spark, records: list[tuple], *, scattered: bool = False):
+    """Records in the engine's form (structured data as VARIANT) with ``_seq`` in list order over three
+    partitions, as the engine numbers a micro-batch: partition by partition, so partition order is
+    source order. ``scattered`` deals them out over two partitions regardless of order instead."""
     schema = (
         "position binary, operation string, metadata map<string,string>, key_json string, key_raw binary, "
         "before_json string, before_raw binary, after_json string, after_raw binary, _seq bigint"
     )
     data = [(*r, i * 10) for i, r in enumerate(records)]
-    return (
-        spark.createDataFrame(data, schema, verifySchema=False)
-        .repartition(2)
-        .selectExpr(
-            "position",
-            "operation",
-            "metadata",
-            "parse_json(key_json) AS key",
-            "key_raw",
-            "parse_json(before_json) AS before",
-            "before_raw",
-            "parse_json(after_json) AS after",
-            "after_raw",
-            "_seq",
-        )
+    rows = spark.createDataFrame(data, schema, verifySchema=False)
+    if scattered:
+        rows = rows.repartition(2)
+    else:
+        rows = rows.repartitionByRange(3, "_seq").sortWithinPartitions("_seq")
+    return rows.selectExpr(
+        "position",
+        "operation",
+        "metadata",
+        "parse_json(key_json) AS key",
+        "key_raw",
+        "parse_json(before_json) AS before",
+        "before_raw",
+        "parse_json(after_json) AS after",
+        "after_raw",
+        "_seq",
     )
 
 
@@ -77,8 +79,8 @@ def delivery(hash_: str = "h1", pipeline: str = "p", dest: str = "out", batch: i
     return Delivery(pipeline, dest, batch, "gen", hash_)
 
 
-def write(spark, records, settings, dlv=None, publish=True):
-    staged = destination.stage(frame(spark, records), settings, dlv or delivery())
+def write(spark, records, settings, dlv=None, publish=True, scattered=False):
+    staged = destination.stage(frame(spark, records, scattered=scattered), settings, dlv or delivery())
     if publish:
         staged.publish()
     else:
@@ -132,6 +134,45 @@ def test_column_types_from_json(spark, pg, db, with_array, caplog):
     ]
 
 
+def test_text_values_arrive_exactly(spark, pg, db):
+    """Strings reach a text column unquoted and unescaped, whatever they hold; other JSON values as
+    their JSON text; an empty string stays distinct from NULL."""
+    rows(pg, db, f"CREATE TABLE notes (id int, t text, f float8); ALTER TABLE notes OWNER TO {APP_USER}")
+    texts = [
+        "plain",
+        'with "quotes"',
+        "back\\slash",
+        "new\nline\ttab",
+        "unicode é ✓ 😀",
+        "",
+        "null",
+        "comma, and ; semicolon",
+        42,
+        {"a": [1, "x"]},
+        None,
+    ]
+    records = [
+        record(after={"id": i, "t": text, "f": 1e20 if i == 0 else i / 3}) for i, text in enumerate(texts)
+    ]
+    staged = write(spark, records, {"url": db, "table": "notes"})
+    assert staged.nacks == []
+    got = rows(pg, db, "SELECT t, f FROM notes ORDER BY id")
+    assert [r[0] for r in got] == [
+        "plain",
+        'with "quotes"',
+        "back\\slash",
+        "new\nline\ttab",
+        "unicode é ✓ 😀",
+        "",
+        "null",
+        "comma, and ; semicolon",
+        "42",
+        '{"a":[1,"x"]}',
+        None,
+    ]
+    assert [r[1] for r in got] == [1e20, *(i / 3 for i in range(1, len(texts)))]
+
+
 def test_insert_without_key_in_source_order(spark, pg, db, caplog):
     rows(pg, db, "CREATE TABLE items (id serial PRIMARY KEY, name text, qty int, note text DEFAULT 'dflt')")
     rows(pg, db, f"ALTER TABLE items OWNER TO {APP_USER}")
@@ -151,6 +192,42 @@ def test_insert_without_key_in_source_order(spark, pg, db, caplog):
         pg, db, "SELECT pipeline_id, destination_id, delivery_hash, batch_id FROM _conduit_deliveries"
     )
     assert marker == [("p", "out", "h1", 0)]
+
+
+def test_insert_copy_gives_way_when_partitions_come_out_of_source_order(spark, pg, db, caplog):
+    """Partitions that do not follow source order cannot be COPY-ed as they arrive: the whole batch is
+    then sorted and COPY-ed, still in source order."""
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE items (id serial PRIMARY KEY, name text); ALTER TABLE items OWNER TO {APP_USER}",
+    )
+    records = [record(after={"name": f"n{i}"}) for i in range(40)]
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = write(spark, records, {"url": db, "table": "items"}, scattered=True)
+    assert destination.COPIED in caplog.text and "40 rows affected" in caplog.text
+    assert staged.nacks == []
+    assert rows(pg, db, "SELECT name FROM items ORDER BY id") == [(f"n{i}",) for i in range(40)]
+
+
+def test_insert_copy_gives_way_when_a_later_partition_sets_another_column(spark, pg, db, caplog):
+    """The COPY names the columns the first rows set. A later partition that sets one more gives way to
+    one COPY of the whole batch with every column some record sets: the others get NULL there, a column
+    no record sets keeps its default, and source order holds."""
+    rows(
+        pg,
+        db,
+        "CREATE TABLE items (id serial PRIMARY KEY, name text, qty int DEFAULT 7, note text DEFAULT 'dflt'); "
+        f"ALTER TABLE items OWNER TO {APP_USER}",
+    )
+    records = [record(after={"name": f"n{i}"}) for i in range(30)]
+    records[25] = record(after={"name": "n25", "qty": 25})  # in the last of the three partitions
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = write(spark, records, {"url": db, "table": "items"})
+    assert destination.COPIED in caplog.text and "30 rows affected" in caplog.text
+    assert staged.nacks == []
+    got = rows(pg, db, "SELECT name, qty, note FROM items ORDER BY id")
+    assert got == [(f"n{i}", 25 if i == 25 else None, "dflt") for i in range(30)]
 
 
 def test_a_field_set_to_null_writes_null_not_the_default(spark, pg, db):
@@ -328,13 +405,13 @@ def test_a_batch_too_large_for_the_driver_is_fatal_and_says_what_to_change(spark
     session with a tiny limit would need its own JVM, so Spark's refusal is injected."""
     rows(pg, db, f"CREATE TABLE t (id int); ALTER TABLE t OWNER TO {APP_USER}")
 
-    def too_large(self):
+    def too_large(frame):
         raise RuntimeError(
             "Job aborted due to stage failure: Total size of serialized results of 2 tasks (1100.0 MiB) "
             "is bigger than spark.driver.maxResultSize (1024.0 MiB)"
         )
 
-    monkeypatch.setattr(type(spark.range(1)), "toArrow", too_large)
+    monkeypatch.setattr(staging, "_arrow_batches", too_large)
     with pytest.raises(FatalError) as caught:
         write(spark, [record(after={"id": 1})], {"url": db, "table": "t"})
     assert "lower the source's maxRecordsPerBatch" in str(caught.value)

@@ -2,17 +2,20 @@
 
 Protocol, per batch and destination:
 
-1. The executors turn each record into one staging row in the same Spark pass that computes the batch
+1. The driver opens ONE transaction and locks this destination's row in ``_conduit_deliveries``; a batch
+   whose delivery hash the row already holds is not computed at all.
+2. The executors turn each record into one staging row in the same Spark pass that computes the batch
    (:mod:`.staging`): with a fixed ``table``, one text column per table column (read before the pass),
    else ``key`` and ``after`` as ``jsonb``; ``err`` says why a record cannot be applied (raw payload, a
-   field that is no column...); such records are nacked. The driver collects the rows as Arrow.
-2. The driver opens ONE transaction and locks this destination's row in ``_conduit_deliveries``.
-3. Inserts into a fixed ``table`` (no ``key``, only scalar and json columns) are ``COPY``-ed straight into
-   it, in source order, under a savepoint. Anything else, or a batch whose ``COPY`` PostgreSQL refuses,
-   goes through a temporary staging table (``ON COMMIT DROP``) filled with ``COPY`` and applied set-wise:
-   per key the last operation of the batch wins (deletes with ``DELETE ... USING``,
-   creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``); without ``key`` plain
-   inserts in source order.
+   field that is no column...); such records are nacked. The driver receives the rows as Arrow, one
+   partition after another in source order, while Spark computes the rest, and ``COPY``-s them as they
+   come:
+3. inserts into a fixed ``table`` (no ``key``, only scalar and json columns) straight into it, under a
+   savepoint. Anything else, or a batch that this ``COPY`` cannot take (PostgreSQL refuses a row, a
+   later part of the batch sets another column...), goes through a temporary staging table
+   (``ON COMMIT DROP``) and is applied set-wise: per key the last operation of the batch wins (deletes
+   with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``);
+   without ``key`` plain inserts in source order.
 4. A data error in the set-wise apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls
    back to a savepoint and applies the batch again in halves of its seq range, each under its own
    savepoint, down to single records (Transporter's resume phase, bisected): the records PostgreSQL
@@ -48,10 +51,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
@@ -64,9 +69,11 @@ from airflow_conduit.engine.connectors.postgres._common import (
 )
 from airflow_conduit.engine.connectors.postgres.staging import (
     Layout,
-    collect,
     copy_rows,
+    copy_statement,
+    csv_rows,
     staging_frame,
+    stream,
     summaries,
 )
 from airflow_conduit.errors import Code, FatalError, TransientError
@@ -80,6 +87,7 @@ STAGING_TABLE = "_conduit_stage"
 # How a batch was written, as the log says it.
 COPIED = "copied into the table"
 APPLIED = "applied from the staging table"
+NOTHING = "nothing to write"
 
 _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
     pipeline_id text NOT NULL,
@@ -145,16 +153,14 @@ class StagedPostgres:
             self.conn.close()
 
 
-def _prepare(url: str, table: str, key: str) -> tuple[Layout, _Target | None]:
+def _prepare(conn: Any, table: str, key: str) -> tuple[Layout, _Target | None]:
     """The marker table, and with a fixed ``table`` its columns: the staging rows are typed by them
-    (:mod:`.staging`)."""
-    with connect(url) as conn:
-        conn.autocommit = True
-        conn.execute(_MARKER_DDL)
-        if not table:
-            return Layout(), None
-        target = _target(conn.cursor(), table, key)
-    return Layout(target.columns), target
+    (:mod:`.staging`). Outside the batch's transaction, so that the DDL holds no lock while it runs."""
+    conn.autocommit = True
+    conn.execute(_MARKER_DDL)
+    target = _target(conn.cursor(), table, key) if table else None
+    conn.autocommit = False
+    return (Layout(target.columns) if target else Layout()), target
 
 
 def _lock_marker(cur: Any, delivery: Delivery) -> str | None:
@@ -455,12 +461,112 @@ def _apply_batch(
     return nacks, applier.applied
 
 
+class _NotCopied(Exception):
+    """The batch cannot go straight into the table as it arrives (see :func:`_copy_as_received`)."""
+
+
+@dataclass
+class _Received:
+    """The staging rows received from Spark, and what the ``COPY`` straight into the table made of them."""
+
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    copied: int | None = None
+    """Rows ``COPY``-ed into the table; None when the batch needs the apply instead."""
+    copy_again: bool = True
+    """Whether the apply may ``COPY`` the whole batch (False when PostgreSQL refused a row)."""
+
+    def table(self) -> pa.Table | None:
+        return pa.Table.from_batches(self.batches).sort_by("seq") if self.batches else None
+
+
+def _applicable(rows: pa.RecordBatch) -> pa.RecordBatch:
+    return rows.filter(pc.is_null(rows.column("err")))
+
+
+def _fields(rows: pa.RecordBatch, layout: Layout) -> list[str]:
+    """The columns that some of ``rows`` set (typed layout)."""
+    return [c for i, c in enumerate(layout.columns) if pc.any(rows.column(f"p{i}")).as_py()]
+
+
+def _copy_as_received(
+    cur: Any, target: _Target, layout: Layout, batches: Iterator[pa.RecordBatch]
+) -> _Received:
+    """Inserts (no ``key``) ``COPY``-ed straight into the table while Spark computes the rest, under a
+    savepoint.
+
+    The ``COPY`` names the columns that the first rows to apply set. It gives way to the apply (rolled
+    back to the savepoint, every batch still received) when a later batch sets another column (a column
+    no record sets keeps its default, one that some set is NULL for the others), when a column needs
+    more than its text (arrays, composites), when batches come out of source order, or when PostgreSQL
+    refuses a row (the apply then finds which).
+    """
+    import psycopg
+
+    received = _Received()
+    first = None
+    for batch in batches:
+        received.batches.append(batch)
+        first = _applicable(batch)
+        if first.num_rows:
+            break
+    if first is None or not first.num_rows:
+        return received  # nothing to apply
+    written = _fields(first, layout)
+    if not written or any(c not in target.scalar and c not in target.json for c in written):
+        received.batches.extend(batches)
+        return received
+    copied, last_seq = 0, -1
+    cur.execute("SAVEPOINT conduit_copy")
+    try:
+        with cur.copy(copy_statement(_table_ident(target.name), written)) as copier:
+            rows: pa.RecordBatch | None = first
+            while rows is not None:
+                if rows.num_rows:
+                    seqs = rows.column("seq")
+                    if seqs[0].as_py() < last_seq or not pc.all(pc.greater(seqs[1:], seqs[:-1])).as_py():
+                        raise _NotCopied("out of source order")
+                    if not set(_fields(rows, layout)) <= set(written):
+                        raise _NotCopied("another column")
+                    copier.write(csv_rows(rows, [layout.value_column(c) for c in written]))
+                    copied, last_seq = copied + rows.num_rows, seqs[-1].as_py()
+                batch = next(batches, None)
+                if batch is not None:
+                    received.batches.append(batch)
+                rows = None if batch is None else _applicable(batch)
+    except (_NotCopied, psycopg.Error) as error:
+        if isinstance(error, psycopg.Error) and not is_data_error(error):
+            raise
+        cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
+        received.batches.extend(batches)
+        received.copy_again = isinstance(error, _NotCopied)
+        return received
+    cur.execute("RELEASE SAVEPOINT conduit_copy")
+    received.copied = copied
+    return received
+
+
+def _copy_into_staging(cur: Any, layout: Layout, batches: Iterator[pa.RecordBatch]) -> _Received:
+    """Every staging row ``COPY``-ed into a temporary staging table while Spark computes the rest."""
+    from psycopg import sql
+
+    cur.execute(
+        sql.SQL("CREATE TEMPORARY TABLE {} ({}) ON COMMIT DROP").format(
+            sql.Identifier(STAGING_TABLE), sql.SQL(layout.ddl())
+        )
+    )
+    received = _Received()
+    with cur.copy(copy_statement(sql.Identifier(STAGING_TABLE), layout.copied)) as copier:
+        for batch in batches:
+            received.batches.append(batch)
+            copier.write(csv_rows(batch, layout.copied))
+    return received
+
+
 def _copy_into_target(
     cur: Any, target: _Target, batch: _TableBatch, layout: Layout, applicable: pa.Table
 ) -> bool:
     """The applicable rows ``COPY``-ed straight into the table, under a savepoint; False when the batch
-    needs the set-wise apply instead (upserts, deletes, array or composite columns) or PostgreSQL refused
-    a row (the apply then finds which)."""
+    needs the set-wise apply instead (deletes, array or composite columns) or PostgreSQL refused a row."""
     import psycopg
 
     written = [c for c in target.columns if c in batch.fields]
@@ -479,40 +585,50 @@ def _copy_into_target(
 
 
 def _refused_in_spark(rows: pa.Table) -> list[tuple[int, str]]:
-    """``(seq, err)`` of the staging rows that carry an error."""
-    import pyarrow.compute as pc
+    """``(seq, err)`` of the staging rows that carry an error, in source order."""
+    refused = rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
+    return sorted((r["seq"], r["err"]) for r in refused)
 
-    return [
-        (r["seq"], r["err"]) for r in rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
-    ]
+
+def _write(
+    conn: Any, url: str, layout: Layout, key: str, target: _Target | None, batches: Iterator[pa.RecordBatch]
+) -> tuple[list[tuple[int, str]], int, str]:
+    """Write the staging rows, as Spark hands them over, inside the open transaction (steps 3 and 4 of
+    the protocol); ``(nacks, rows affected, how)``."""
+    cur = conn.cursor()
+    direct = layout.typed and not key and target is not None
+    received = (
+        _copy_as_received(cur, target, layout, batches)
+        if direct
+        else _copy_into_staging(cur, layout, batches)
+    )
+    rows = received.table()
+    if rows is None:
+        return [], 0, NOTHING
+    if received.copied is not None:
+        return _refused_in_spark(rows), received.copied, COPIED
+    return _apply(conn, url, layout, key, rows, staged=not direct, copy=received.copy_again)
 
 
 def _apply(
-    conn: Any, url: str, layout: Layout, key: str, rows: pa.Table
+    conn: Any, url: str, layout: Layout, key: str, rows: pa.Table, *, staged: bool, copy: bool
 ) -> tuple[list[tuple[int, str]], int, str]:
-    """Write the staging rows inside the open transaction (steps 3 and 4 of the protocol);
-    ``(nacks, rows affected, how)``."""
-    import pyarrow.compute as pc
-    from psycopg import sql
-
-    cur = conn.cursor()
+    """Apply the whole batch: straight into the table when ``copy`` allows and it holds only inserts into
+    one table, else from the staging table (filled first unless ``staged``)."""
     applicable = rows.filter(pc.is_null(rows["err"]))
     tables = summarise(applicable, layout)
     if not tables:  # nothing to write: every record is nacked (or the batch is empty)
-        return _refused_in_spark(rows), 0, "nothing to write"
-    if layout.typed and not key and len(tables) == 1:
+        return _refused_in_spark(rows), 0, NOTHING
+    cur = conn.cursor()
+    if copy and layout.typed and not key and len(tables) == 1:
         [(name, batch)] = tables.items()
         target = _target(cur, name, key)
         if set(batch.fields) <= set(target.columns) and _copy_into_target(
             cur, target, batch, layout, applicable
         ):
             return _refused_in_spark(rows), applicable.num_rows, COPIED
-    cur.execute(
-        sql.SQL("CREATE TEMPORARY TABLE {} ({}) ON COMMIT DROP").format(
-            sql.Identifier(STAGING_TABLE), sql.SQL(layout.ddl())
-        )
-    )
-    copy_rows(cur, sql.Identifier(STAGING_TABLE), [(c, c) for c in layout.copied], rows)
+    if not staged:
+        _copy_into_staging(cur, layout, iter(rows.to_batches()))
     return (*_apply_batch(conn, url, STAGING_TABLE, layout, key, tables), APPLIED)
 
 
@@ -522,30 +638,27 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     key = str(settings.get("key") or "")
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
     started = time.perf_counter()
-    with classified(url, context):
-        layout, target = _prepare(url, str(settings.get("table") or ""), key)
-    json_columns = [c for c in target.columns if c not in target.scalar] if target else []
-    rows = collect(staging_frame(records, settings, layout, json_columns), context)
-    computed = time.perf_counter()
     conn = connect(url)
     staged = StagedPostgres(conn, url)
     try:
         with classified(url, context):
+            layout, target = _prepare(conn, str(settings.get("table") or ""), key)
             cur = conn.cursor()
             held = _lock_marker(cur, delivery)
             if held and held == delivery.hash:
                 # Another run committed this batch since the engine asked delivered(): nothing to write.
                 conn.rollback()
                 return staged
-            staged.nacks, staged.applied, how = _apply(conn, url, layout, key, rows)
+            json_columns = [c for c in target.columns if c not in target.scalar] if target else []
+            batches = stream(staging_frame(records, settings, layout, json_columns), context)
+            staged.nacks, staged.applied, how = _write(conn, url, layout, key, target, batches)
             _store_marker(cur, delivery)
             logger.info(
-                "%s: batch %d computed in %.2f s, %s in %.2f s (%d rows affected, %d nacked)",
+                "%s: batch %d computed and %s in %.2f s (%d rows affected, %d nacked)",
                 context,
                 delivery.batch_id,
-                computed - started,
                 how,
-                time.perf_counter() - computed,
+                time.perf_counter() - started,
                 staged.applied,
                 len(staged.nacks),
             )

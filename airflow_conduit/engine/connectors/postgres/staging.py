@@ -11,9 +11,9 @@ Two layouts, both computed by Spark expressions in the pass that computes the ba
   before the pass: ``key`` and ``after`` travel as ``jsonb``.
 
 ``err`` says why a record cannot be applied (raw payload, no key, a field that is no column...); such
-records are nacked. The driver collects the rows as Arrow (:func:`collect`), summarises which tables,
-operations and fields the batch holds (:func:`summaries`) and streams them as CSV through ``COPY``
-(:func:`copy_rows`): no per-record Python anywhere.
+records are nacked. The driver receives the rows as Arrow while Spark computes them (:func:`stream`),
+writes them as CSV through ``COPY`` (:func:`csv_rows`) and summarises which tables, operations and fields
+the batch holds (:func:`summaries`): no per-record Python anywhere.
 """
 
 from __future__ import annotations
@@ -112,19 +112,18 @@ def staging_frame(
     err = _error_sql(key, layout, table)
     applied = "err IS NULL AND operation <> 'delete'"
     if layout.typed:
-        # One variant-to-struct cast for the scalar columns: much cheaper than one variant_get each.
-        scalars = [c for c in layout.columns if c not in json_columns]
-        as_text = ", ".join(f"`{c.replace('`', '``')}` string" for c in scalars)
-        texts = f"try_variant_get(after, '$', 'struct<{as_text}>')" if scalars else "NULL"
-        # h{i}: the payload has the column's field. A value in the struct says so without a map lookup.
-        has = [
-            f"coalesce({'' if c in json_columns else f'{_text_sql(c, False)} IS NOT NULL OR '}"
-            f"map_contains_key(fields_map, {sql_text(c)}), false) AS h{i}"
+        # Each column's field as JSON text, read from the payload as a map: one pass over the object.
+        # Much cheaper than a variant-to-struct cast (a lookup by name per field) or casting each value
+        # to a string. j{i} is NULL when the field is missing, 'null' for a JSON null.
+        jsons = [
+            f"to_json(try_element_at(fields_map, {sql_text(c)})) AS j{i}"
             for i, c in enumerate(layout.columns)
         ]
-        rows = rows.selectExpr("*", f"{texts} AS texts").selectExpr("*", *has)
+        rows = rows.selectExpr("*", *jsons)
+        has = [f"j{i} IS NOT NULL AS h{i}" for i in range(len(layout.columns))]
+        rows = rows.selectExpr("*", *has)
         values = [
-            f"CASE WHEN {applied} THEN {_text_sql(c, c in json_columns)} END AS c{i}"
+            f"CASE WHEN {applied} THEN {_text_sql(c, i, c in json_columns)} END AS c{i}"
             for i, c in enumerate(layout.columns)
         ]
         present = [f"({applied} AND h{i}) AS p{i}" for i in range(len(layout.columns))]
@@ -144,12 +143,19 @@ def staging_frame(
     )
 
 
-def _text_sql(column: str, as_json: bool) -> str:
-    """A column's text: as PostgreSQL's ``->>`` reads the field (scalars), or its JSON."""
-    if not as_json:
-        return f"texts.`{column.replace('`', '``')}`"
-    value = f"try_variant_get(after, {_field(column)})"
-    return f"CASE WHEN is_variant_null({value}) THEN NULL ELSE to_json({value}) END"
+def _text_sql(column: str, index: int, as_json: bool) -> str:
+    """A column's text from its JSON (``j{index}``): a string unquoted (as PostgreSQL's ``->>`` reads
+    it), anything else as JSON; a JSON null is NULL."""
+    text = f"j{index}"
+    if as_json:
+        return f"CASE WHEN {text} <> 'null' THEN {text} END"
+    # A string without escapes is its JSON minus the quotes; one with escapes is read back from the
+    # variant (rare, and dearer).
+    unescaped = f"try_variant_get(try_element_at(fields_map, {sql_text(column)}), '$', 'string')"
+    return f"""CASE WHEN {text} = 'null' THEN NULL
+        WHEN startswith({text}, '"') THEN
+            CASE WHEN contains({text}, '\\\\') THEN {unescaped} ELSE substr({text}, 2, length({text}) - 2) END
+        ELSE {text} END"""
 
 
 def _error_sql(key: str, layout: Layout, table: str) -> str:
@@ -188,14 +194,23 @@ def _error_sql(key: str, layout: Layout, table: str) -> str:
         END"""
 
 
-def collect(rows: DataFrame, context: str) -> pa.Table:
-    """The staging rows on the driver, in source order (``seq``).
+_PARTITION = "_part"
 
-    One micro-batch of them must fit Spark's ``spark.driver.maxResultSize`` (1g by default); a batch
-    that does not is refused with what to change, as retrying it would fail again.
+
+def stream(rows: DataFrame, context: str) -> Iterator[pa.RecordBatch]:
+    """The staging rows as Arrow record batches, handed over while Spark still computes the rest of the
+    micro-batch, so that the driver's ``COPY`` overlaps with Spark's work.
+
+    Spark sends each partition's batches together, partitions in the order they finish; they are
+    yielded in partition order, which is source order (``seq`` numbers the batch by partition). A
+    partition that finishes before one in front of it waits; an empty partition never arrives, so the
+    ones after it wait for the end.
+
+    One micro-batch of rows must fit Spark's ``spark.driver.maxResultSize`` (1g by default); a batch that
+    does not is refused with what to change, as retrying it would fail again.
     """
     try:
-        return rows.toArrow().sort_by("seq")
+        yield from _in_partition_order(_arrow_batches(rows.withColumn(_PARTITION, F.spark_partition_id())))
     except Exception as error:  # Spark's error comes through Py4J; its text names the setting
         if "maxResultSize" not in str(error):
             raise
@@ -204,6 +219,46 @@ def collect(rows: DataFrame, context: str) -> pa.Table:
             "collect: lower the source's maxRecordsPerBatch, or raise spark.driver.maxResultSize",
             code=Code.DESTINATION_FAILED,
         ) from None
+
+
+def _arrow_batches(frame: DataFrame) -> Iterator[pa.RecordBatch]:
+    """The frame's Arrow batches as Spark serves them (what ``DataFrame.toArrow`` reads, one at a time)."""
+    from pyspark.errors.exceptions.captured import unwrap_spark_exception
+    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+    from pyspark.util import _load_from_socket
+
+    port, secret, server = frame._jdf.collectAsArrowToPython()
+    finished = False
+    try:
+        with _load_from_socket((port, secret), ArrowCollectSerializer()) as served:
+            for item in served:  # the batches, then a list: their partition order
+                if isinstance(item, pa.RecordBatch):
+                    yield item
+        finished = True
+    finally:
+        try:
+            with unwrap_spark_exception():
+                server.getResult()  # raises the job's error, if any
+        except Exception:
+            if finished:
+                raise
+            # Left early (the caller failed): the socket is closed and Spark's writer fails on it.
+
+
+def _in_partition_order(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    waiting: dict[int, list[pa.RecordBatch]] = {}
+    arriving: int | None = None
+    next_partition = 0
+    for batch in batches:
+        partition = batch.column(_PARTITION)[0].as_py()
+        if partition != arriving:  # the partition before it is complete
+            arriving = partition
+            while next_partition in waiting:
+                yield from waiting.pop(next_partition)
+                next_partition += 1
+        waiting.setdefault(partition, []).append(batch.drop_columns([_PARTITION]))
+    for partition in sorted(waiting):
+        yield from waiting[partition]
 
 
 def summaries(applicable: pa.Table, layout: Layout) -> Iterator[tuple[str, str, list[str], int]]:
@@ -221,21 +276,29 @@ def summaries(applicable: pa.Table, layout: Layout) -> Iterator[tuple[str, str, 
         yield row["tbl"], row["op"], fields, row["seq_count"]
 
 
-def copy_rows(cur: Any, table: Any, columns: Sequence[Any], rows: pa.Table) -> None:
-    """``COPY`` ``rows`` into ``table`` (a psycopg SQL object) as CSV; ``columns`` are ``(target column,
-    staging column)`` pairs.
-
-    Arrow writes the CSV (every non-null value quoted, so an empty string stays distinct from NULL);
-    psycopg passes the bytes through.
-    """
-    import pyarrow.csv as pa_csv
+def copy_statement(table: Any, columns: Sequence[str]) -> Any:
+    """``COPY table (columns) FROM STDIN`` as CSV; ``table`` is a psycopg SQL object."""
     from psycopg import sql
 
-    options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
-    buffer = io.BytesIO()
-    pa_csv.write_csv(rows.select([staged for _, staged in columns]), buffer, options)
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        table, sql.SQL(", ").join(sql.Identifier(target) for target, _ in columns)
+    return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        table, sql.SQL(", ").join(sql.Identifier(column) for column in columns)
     )
-    with cur.copy(statement) as copier:
-        copier.write(buffer.getbuffer())
+
+
+def csv_rows(rows: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> memoryview:
+    """``rows``' ``columns`` as the CSV that :func:`copy_statement` reads.
+
+    Arrow writes it, every non-null value quoted so that an empty string stays distinct from NULL.
+    """
+    import pyarrow.csv as pa_csv
+
+    buffer = io.BytesIO()
+    options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
+    pa_csv.write_csv(rows.select(list(columns)), buffer, options)
+    return buffer.getbuffer()
+
+
+def copy_rows(cur: Any, table: Any, columns: Sequence[tuple[str, str]], rows: pa.Table) -> None:
+    """``COPY`` ``rows`` into ``table``; ``columns`` are ``(target column, staging column)`` pairs."""
+    with cur.copy(copy_statement(table, [target for target, _ in columns])) as copier:
+        copier.write(csv_rows(rows, [staged for _, staged in columns]))
