@@ -53,6 +53,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import pyarrow as pa
@@ -475,12 +476,22 @@ class _Received:
     copy_again: bool = True
     """Whether the apply may ``COPY`` the whole batch (False when PostgreSQL refused a row)."""
 
-    def table(self) -> pa.Table | None:
-        return pa.Table.from_batches(self.batches).sort_by("seq") if self.batches else None
+    def refused(self) -> list[tuple[int, str]]:
+        """``(seq, err)`` of the rows Spark refused, in source order."""
+        return sorted(chain.from_iterable(_refused_in_spark(batch) for batch in self.batches))
+
+    def table(self) -> pa.Table:
+        """Every row, in source order."""
+        return pa.Table.from_batches(self.batches).sort_by("seq")
 
 
 def _applicable(rows: pa.RecordBatch) -> pa.RecordBatch:
     return rows.filter(pc.is_null(rows.column("err")))
+
+
+def _copyable(target: _Target, columns: list[str]) -> bool:
+    """Whether ``COPY`` can write these columns from their text (not arrays or composites)."""
+    return bool(columns) and all(c in target.scalar or c in target.json for c in columns)
 
 
 def _fields(rows: pa.RecordBatch, layout: Layout) -> list[str]:
@@ -512,7 +523,7 @@ def _copy_as_received(
     if first is None or not first.num_rows:
         return received  # nothing to apply
     written = _fields(first, layout)
-    if not written or any(c not in target.scalar and c not in target.json for c in written):
+    if not _copyable(target, written):
         received.batches.extend(batches)
         return received
     copied, last_seq = 0, -1
@@ -523,7 +534,7 @@ def _copy_as_received(
             while rows is not None:
                 if rows.num_rows:
                     seqs = rows.column("seq")
-                    if seqs[0].as_py() < last_seq or not pc.all(pc.greater(seqs[1:], seqs[:-1])).as_py():
+                    if seqs[0].as_py() <= last_seq or not pc.all(pc.greater(seqs[1:], seqs[:-1])).as_py():
                         raise _NotCopied("out of source order")
                     if not set(_fields(rows, layout)) <= set(written):
                         raise _NotCopied("another column")
@@ -570,7 +581,7 @@ def _copy_into_target(
     import psycopg
 
     written = [c for c in target.columns if c in batch.fields]
-    if batch.deletes or not written or any(c not in target.scalar and c not in target.json for c in written):
+    if batch.deletes or not _copyable(target, written):
         return False
     cur.execute("SAVEPOINT conduit_copy")
     try:
@@ -584,10 +595,10 @@ def _copy_into_target(
     return True
 
 
-def _refused_in_spark(rows: pa.Table) -> list[tuple[int, str]]:
-    """``(seq, err)`` of the staging rows that carry an error, in source order."""
+def _refused_in_spark(rows: pa.Table | pa.RecordBatch) -> list[tuple[int, str]]:
+    """``(seq, err)`` of the staging rows that carry an error."""
     refused = rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
-    return sorted((r["seq"], r["err"]) for r in refused)
+    return [(r["seq"], r["err"]) for r in refused]
 
 
 def _write(
@@ -602,12 +613,11 @@ def _write(
         if direct
         else _copy_into_staging(cur, layout, batches)
     )
-    rows = received.table()
-    if rows is None:
+    if not received.batches:
         return [], 0, NOTHING
     if received.copied is not None:
-        return _refused_in_spark(rows), received.copied, COPIED
-    return _apply(conn, url, layout, key, rows, staged=not direct, copy=received.copy_again)
+        return received.refused(), received.copied, COPIED
+    return _apply(conn, url, layout, key, received.table(), staged=not direct, copy=received.copy_again)
 
 
 def _apply(
