@@ -24,6 +24,7 @@ from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.connectors import SOURCES, SourceContext
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors import apply_all
+from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
 from airflow_conduit.record import (
     DATA_FIELDS,
@@ -130,6 +131,7 @@ class PipelineRun:
         state = self.state
         state.clear_stop_request()
         state.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+        ship_function_paths(self.spark, self.pipeline, state.root / "python")
         streams = [source_records(self.spark, i, s, state) for i, s in enumerate(self.pipeline.sources)]
         union = reduce(DataFrame.unionByName, streams)
         writer = (

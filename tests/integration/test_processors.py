@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
+from airflow_conduit.engine.processors.custom_python import load_function
 from tests.conftest import read_jsonl, text
 
 DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
@@ -419,6 +424,42 @@ pipelines:
     assert [r["payload"]["after"] for r in read_jsonl(tmp_path / "out")] == [
         {**line, "seen": True} for line in lines
     ]
+
+
+def test_custom_python_path_is_shipped_to_the_executors(spark, run_yaml, tmp_path):
+    """On a cluster a processor's ``path`` may exist on the driver's machine only: its Python files are
+    zipped into the state dir and added to every Python worker's import path, so executors import the
+    module even where the directory is missing."""
+    name = f"udf_shipped_{uuid.uuid4().hex[:8]}"  # a name no Python worker has imported yet
+    module_dir = write_module(tmp_path / "udf", name, UDF_TAG)
+    write_module(module_dir, f"{name}_label", f"LABEL = {name!r}\n")  # imported by no task before the end
+    (module_dir / "__pycache__").mkdir()
+    (module_dir / "__pycache__" / "stale.py").write_text("raise SystemExit")
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen({"recordCount": 3})}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: py, plugin: custom.python, settings: {{function: "{name}:tag", path: "{module_dir}"}}}}
+    {DLQ}
+""")
+    assert payload["exit_code"] == 0, payload
+    assert [r["payload"]["after"]["seen"] for r in read_jsonl(tmp_path / "out")] == [True] * 3
+    [archive] = (tmp_path / "state" / "p" / "python").glob("udf-*.zip")
+    assert sorted(zipfile.ZipFile(archive).namelist()) == [f"{name}.py", f"{name}_label.py"]
+
+    # The directory gone, a task finds the module in the zip alone.
+    module_dir.rename(tmp_path / "elsewhere")
+
+    def label(batches):
+        value = load_function(f"{name}_label:LABEL", str(module_dir))
+        for batch in batches:
+            yield pa.RecordBatch.from_pydict({"label": [value] * batch.num_rows})
+
+    assert spark.range(2).mapInArrow(label, "label string").collect() == [(name,), (name,)]
 
 
 UDF_TRANSIENT = """
