@@ -13,7 +13,7 @@ Protocol, per batch and destination:
 3. inserts into a fixed ``table`` (no ``key``, only scalar and json columns) straight into it, under a
    savepoint. Anything else, or a batch that this ``COPY`` cannot take (PostgreSQL refuses a row, a
    later part of the batch sets another column...), goes through a temporary staging table
-   (``ON COMMIT DROP``) and is applied set-wise: per key the last operation of the batch wins (deletes
+   (``ON COMMIT DROP``) and is applied set-wise (:mod:`.setwise`): per key the last operation of the batch wins (deletes
    with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``);
    without ``key`` plain inserts in source order.
 4. A data error in the set-wise apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls
@@ -68,6 +68,14 @@ from airflow_conduit.engine.connectors.postgres._common import (
     redact,
     safe_url,
 )
+from airflow_conduit.engine.connectors.postgres.setwise import (
+    TableBatch,
+    Target,
+    apply_batch,
+    read_target,
+    summarise,
+    table_ident,
+)
 from airflow_conduit.engine.connectors.postgres.staging import (
     Layout,
     copy_rows,
@@ -75,10 +83,7 @@ from airflow_conduit.engine.connectors.postgres.staging import (
     csv_rows,
     staging_frame,
     stream,
-    summaries,
 )
-from airflow_conduit.errors import Code, FatalError, TransientError
-from airflow_conduit.record import META_COLLECTION
 
 logger = logging.getLogger("airflow_conduit.destination.postgres")
 
@@ -97,35 +102,6 @@ _MARKER_DDL = f"""CREATE TABLE IF NOT EXISTS {MARKER_TABLE} (
     batch_id bigint NOT NULL,
     committed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (pipeline_id, destination_id))"""
-
-
-# --- names -------------------------------------------------------------------------------------------
-
-
-def _table_ident(name: str) -> Any:
-    """``schema.table`` or ``table`` as a quoted identifier."""
-    from psycopg import sql
-
-    return sql.Identifier(*name.split(".", 1))
-
-
-# --- driver side: apply in one transaction -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Target:
-    """A target table as the apply needs it."""
-
-    name: str
-    columns: tuple[str, ...]
-    """Columns a record may set (generated columns excluded)."""
-    key_type: str = ""
-    scalar: dict[str, str] = field(default_factory=dict)
-    """Columns read from the JSON text with ``->>`` and a cast to this type (no typmod, so the insert's
-    own assignment cast still refuses a too long value instead of an explicit cast cutting it)."""
-    json: dict[str, str] = field(default_factory=dict)
-    """json/jsonb columns, read with ``->``; the rest (arrays, composites) go through
-    ``jsonb_populate_record``."""
 
 
 @dataclass
@@ -154,12 +130,12 @@ class StagedPostgres:
             self.conn.close()
 
 
-def _prepare(conn: Any, table: str, key: str) -> tuple[Layout, _Target | None]:
+def _prepare(conn: Any, table: str, key: str) -> tuple[Layout, Target | None]:
     """The marker table, and with a fixed ``table`` its columns: the staging rows are typed by them
     (:mod:`.staging`). Outside the batch's transaction, so that the DDL holds no lock while it runs."""
     conn.autocommit = True
     conn.execute(_MARKER_DDL)
-    target = _target(conn.cursor(), table, key) if table else None
+    target = read_target(conn.cursor(), table, key) if table else None
     conn.autocommit = False
     return (Layout(target.columns) if target else Layout()), target
 
@@ -184,282 +160,6 @@ def _store_marker(cur: Any, delivery: Delivery) -> None:
         "WHERE pipeline_id = %s AND destination_id = %s",
         (delivery.hash, delivery.batch_id, delivery.pipeline_id, delivery.destination_id),
     )
-
-
-def _target(cur: Any, name: str, key: str) -> _Target:
-    ident = _table_ident(name).as_string(cur.connection)
-    if cur.execute("SELECT to_regclass(%s)", (ident,)).fetchone()[0] is None:
-        raise FatalError(
-            f"postgres destination: table {ident} does not exist: create it, or check `table` "
-            f"(or the records' {META_COLLECTION})",
-            code=Code.DESTINATION_FAILED,
-        )
-    # Each type by its own name, without typmod (format_type(bpchar, NULL) would say "character", which
-    # is char(1)): the insert's assignment cast then checks lengths.
-    rows = cur.execute(
-        "SELECT a.attname, quote_ident(n.nspname) || '.' || quote_ident(t.typname), a.attgenerated <> '', "
-        "t.typcategory IN ('B', 'D', 'N', 'S', 'T', 'V', 'I', 'E'), a.atttypid IN ('json'::regtype, 'jsonb'::regtype) "
-        "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid JOIN pg_namespace n ON n.oid = t.typnamespace "
-        "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
-        (ident,),
-    ).fetchall()
-    types = {row[0]: row[1] for row in rows}
-    if key and key not in types:
-        raise FatalError(
-            f"postgres destination: key column {key!r} does not exist in table {ident} "
-            f"(columns: {', '.join(types)})",
-            code=Code.DESTINATION_FAILED,
-        )
-    return _Target(
-        name,
-        tuple(row[0] for row in rows if not row[2]),
-        types.get(key, ""),
-        {row[0]: row[1] for row in rows if row[3]},
-        {row[0]: row[1] for row in rows if row[4]},
-    )
-
-
-@dataclass
-class _TableBatch:
-    """What the batch holds for one table (:func:`~.staging.summaries`)."""
-
-    fields: set[str] = field(default_factory=set)
-    deletes: bool = False
-    upserts: bool = False
-
-
-def summarise(applicable: pa.Table, layout: Layout) -> dict[str, _TableBatch]:
-    """What the staging rows to apply hold, per table."""
-    tables: dict[str, _TableBatch] = {}
-    for name, operation, fields, _count in summaries(applicable, layout):
-        table = tables.setdefault(name, _TableBatch())
-        if operation == "delete":
-            table.deletes = True
-        else:
-            table.upserts = True
-            table.fields.update(fields)
-    return tables
-
-
-_ALL = (-(2**63), 2**63 - 1)
-"""The whole seq range."""
-
-
-def _apply_range(
-    cur: Any, staging: str, layout: Layout, target: _Target, batch: _TableBatch, key: str, lo: int, hi: int
-) -> int:
-    """Apply the staged rows of ``target`` with ``lo <= seq < hi``; the rows affected."""
-    from psycopg import sql
-
-    table = _table_ident(target.name)
-    stage = sql.Identifier(staging)
-    written = [c for c in target.columns if c in batch.fields or c == key]
-    cols = sql.SQL(", ").join(map(sql.Identifier, written))
-    values = [c for c in written if c != key]
-    if layout.typed:
-        # Text cast to the column's type (no typmod, so the insert's own assignment cast still refuses
-        # a too long value instead of an explicit cast cutting it); arrays and composites from their JSON.
-        staged = [sql.SQL("s.{}").format(sql.Identifier(layout.value_column(c))) for c in values]
-        populate = False
-
-        def value(column: str) -> Any:
-            text = sql.SQL("x.{}").format(sql.Identifier(layout.value_column(column)))
-            if column == key:
-                return sql.SQL("x.k")
-            if column in target.scalar or column in target.json:
-                kind = target.scalar.get(column) or target.json[column]
-                return sql.SQL("{}::{}").format(text, sql.SQL(kind))
-            return sql.SQL("(jsonb_populate_record(NULL::{}, jsonb_build_object({}, {}::jsonb))).{}").format(
-                table, sql.Literal(column), text, sql.Identifier(column)
-            )
-
-        key_text = sql.SQL("s.key")
-    else:
-        # Scalars straight from the JSON text (cheaper than building a whole record per row), json as
-        # is, anything else (arrays, composites) the way jsonb_populate_record converts it.
-        staged = [sql.SQL("s.after")]
-        populate = any(c not in target.scalar and c not in target.json for c in values)
-
-        def value(column: str) -> Any:
-            name = sql.Literal(column)
-            if column == key:
-                return sql.SQL("x.k")
-            if column in target.scalar:
-                return sql.SQL("(x.after ->> {})::{}").format(name, sql.SQL(target.scalar[column]))
-            if column in target.json:
-                return sql.SQL("nullif(x.after -> {}, 'null'::jsonb)::{}").format(
-                    name, sql.SQL(target.json[column])
-                )
-            return sql.SQL("r.{}").format(sql.Identifier(column))
-
-        key_text = sql.SQL("s.key #>> '{}'")
-    payload = sql.SQL("").join(sql.SQL(", {}").format(item) for item in staged)
-    picked = sql.SQL(", ").join(value(c) for c in written)
-    lateral = (
-        sql.SQL("CROSS JOIN LATERAL jsonb_populate_record(NULL::{}, x.after) r").format(table)
-        if populate
-        else sql.SQL("")
-    )
-    where = sql.SQL("s.tbl = %(tbl)s AND s.err IS NULL AND s.seq >= %(lo)s AND s.seq < %(hi)s")
-    params = {"tbl": target.name, "lo": lo, "hi": hi}
-    if not key:
-        # Source order. Each seq is staged once; DISTINCT ON only guards that, at no cost next to the sort.
-        statement = sql.SQL(
-            "INSERT INTO {table} ({cols}) SELECT {picked} FROM "
-            "(SELECT DISTINCT ON (s.seq) s.seq{payload} FROM {stage} s WHERE {where} ORDER BY s.seq) x "
-            "{lateral} ORDER BY x.seq"
-        ).format(
-            table=table, cols=cols, picked=picked, payload=payload, stage=stage, where=where, lateral=lateral
-        )
-        return cur.execute(statement, params).rowcount
-    # The net effect per key: its last operation in the batch. The key is compared as the column's type.
-    latest = sql.SQL(
-        "SELECT DISTINCT ON (k) * FROM "
-        "(SELECT ({key_text})::{ktype} AS k, s.op, s.seq{payload} FROM {stage} s WHERE {where}) y "
-        "ORDER BY k, seq DESC"
-    ).format(key_text=key_text, ktype=sql.SQL(target.key_type), payload=payload, stage=stage, where=where)
-    kcol = sql.Identifier(key)
-    affected = 0
-    if batch.deletes:
-        affected += cur.execute(
-            sql.SQL(
-                "WITH latest AS ({latest}) DELETE FROM {table} t USING latest x "
-                "WHERE x.op = 'delete' AND t.{k} = x.k"
-            ).format(latest=latest, table=table, k=kcol),
-            params,
-        ).rowcount
-    if batch.upserts:
-        updates = [c for c in written if c != key]
-        on_conflict = (
-            sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in updates)
-            )
-            if updates
-            else sql.SQL("DO NOTHING")
-        )
-        affected += cur.execute(
-            sql.SQL(
-                "WITH latest AS ({latest}) INSERT INTO {table} ({cols}) SELECT {picked} FROM latest x "
-                "{lateral} WHERE x.op <> 'delete' ON CONFLICT ({k}) {on_conflict}"
-            ).format(
-                latest=latest,
-                table=table,
-                cols=cols,
-                picked=picked,
-                lateral=lateral,
-                k=kcol,
-                on_conflict=on_conflict,
-            ),
-            params,
-        ).rowcount
-    return affected
-
-
-class _Applier:
-    """Applies the staged batch in bulk; on a data error bisects the seq range down to the records
-    PostgreSQL refuses, applying everything else in source order."""
-
-    def __init__(self, cur: Any, url: str, staging: str, layout: Layout, key: str) -> None:
-        self.cur, self.url, self.staging, self.layout, self.key = cur, url, staging, layout, key
-        self.targets: list[tuple[_Target, _TableBatch]] = []
-        self.nacks: list[tuple[int, str]] = []
-        self.applied = 0
-
-    def _apply(self, lo: int, hi: int) -> None:
-        for target, batch in self.targets:
-            self.applied += _apply_range(self.cur, self.staging, self.layout, target, batch, self.key, lo, hi)
-
-    def _try(self, lo: int, hi: int) -> BaseException | None:
-        """Apply ``[lo, hi)`` under a savepoint; the data error that undid it, if any."""
-        import psycopg
-
-        cur, applied = self.cur, self.applied
-        cur.execute("SAVEPOINT conduit_apply")
-        try:
-            self._apply(lo, hi)
-        except psycopg.Error as error:
-            if not is_data_error(error):
-                raise
-            cur.execute("ROLLBACK TO SAVEPOINT conduit_apply")
-            cur.execute("RELEASE SAVEPOINT conduit_apply")
-            self.applied = applied
-            return error
-        cur.execute("RELEASE SAVEPOINT conduit_apply")
-        return None
-
-    def run(self) -> None:
-        from psycopg import sql
-
-        if self._try(*_ALL) is None:
-            return  # the common case: one statement per table and operation kind
-        seqs = [
-            row[0]
-            for row in self.cur.execute(
-                sql.SQL("SELECT DISTINCT seq FROM {} WHERE err IS NULL ORDER BY seq").format(
-                    sql.Identifier(self.staging)
-                )
-            ).fetchall()
-        ]
-        self._bisect(seqs, 0, len(seqs))
-
-    def _bisect(self, seqs: list[int], first: int, last: int) -> None:
-        lo = seqs[first]
-        hi = seqs[last] if last < len(seqs) else _ALL[1]
-        error = self._try(lo, hi)
-        if error is None:
-            return
-        if last - first == 1:
-            message = getattr(error.diag, "message_primary", None) or str(error).splitlines()[0]
-            self.nacks.append((lo, f"postgres: {redact(message, self.url)}"))
-            return
-        middle = (first + last) // 2
-        self._bisect(seqs, first, middle)
-        self._bisect(seqs, middle, last)
-
-
-def _apply_batch(
-    conn: Any, url: str, staging: str, layout: Layout, key: str, tables: dict[str, _TableBatch]
-) -> tuple[list[tuple[int, str]], int]:
-    """Apply the staging table inside the open transaction; ``(nacks, rows affected)``."""
-    from psycopg import sql
-
-    cur = conn.cursor()
-    # The apply sorts the batch (source order, last operation per key): keep the sort in memory.
-    cur.execute("SET LOCAL work_mem = '64MB'")
-    stage = sql.Identifier(staging)
-    applier = _Applier(cur, url, staging, layout, key)
-    for name in sorted(tables):
-        target = _target(cur, name, key)
-        batch = tables[name]
-        unknown = sorted(batch.fields - set(target.columns) - {key})
-        if unknown and layout.typed:
-            # Typed staging nacked unknown fields already, against the columns read before the copy.
-            raise TransientError(
-                f"postgres destination: columns {unknown} of {name} were dropped while the batch was staged",
-                code=Code.DESTINATION_FAILED,
-            )
-        # Nack the records that set a column the table does not have, as PostgreSQL would refuse them.
-        for column in unknown:
-            cur.execute(
-                sql.SQL("UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL AND after ? %s").format(
-                    stage=stage
-                ),
-                (f'postgres: column "{column}" of relation "{name}" does not exist', name, column),
-            )
-        batch.fields &= set(target.columns)
-        if not key and batch.upserts and not batch.fields:
-            cur.execute(
-                sql.SQL("UPDATE {stage} SET err = %s WHERE tbl = %s AND err IS NULL").format(stage=stage),
-                (f'postgres: .Payload.After sets no column of relation "{name}"', name),
-            )
-            continue
-        applier.targets.append((target, batch))
-    applier.run()
-    refused = cur.execute(
-        sql.SQL("SELECT DISTINCT seq, err FROM {stage} WHERE err IS NOT NULL").format(stage=stage)
-    ).fetchall()
-    nacks = sorted([(int(seq), str(err)) for seq, err in refused] + applier.nacks)
-    return nacks, applier.applied
 
 
 class _NotCopied(Exception):
@@ -489,7 +189,7 @@ def _applicable(rows: pa.RecordBatch) -> pa.RecordBatch:
     return rows.filter(pc.is_null(rows.column("err")))
 
 
-def _copyable(target: _Target, columns: list[str]) -> bool:
+def _copyable(target: Target, columns: list[str]) -> bool:
     """Whether ``COPY`` can write these columns from their text (not arrays or composites)."""
     return bool(columns) and all(c in target.scalar or c in target.json for c in columns)
 
@@ -500,7 +200,7 @@ def _fields(rows: pa.RecordBatch, layout: Layout) -> list[str]:
 
 
 def _copy_as_received(
-    cur: Any, target: _Target, layout: Layout, batches: Iterator[pa.RecordBatch]
+    cur: Any, target: Target, layout: Layout, batches: Iterator[pa.RecordBatch]
 ) -> _Received:
     """Inserts (no ``key``) ``COPY``-ed straight into the table while Spark computes the rest, under a
     savepoint.
@@ -529,7 +229,7 @@ def _copy_as_received(
     copied, last_seq = 0, -1
     cur.execute("SAVEPOINT conduit_copy")
     try:
-        with cur.copy(copy_statement(_table_ident(target.name), written)) as copier:
+        with cur.copy(copy_statement(table_ident(target.name), written)) as copier:
             rows: pa.RecordBatch | None = first
             while rows is not None:
                 if rows.num_rows:
@@ -574,7 +274,7 @@ def _copy_into_staging(cur: Any, layout: Layout, batches: Iterator[pa.RecordBatc
 
 
 def _copy_into_target(
-    cur: Any, target: _Target, batch: _TableBatch, layout: Layout, applicable: pa.Table
+    cur: Any, target: Target, batch: TableBatch, layout: Layout, applicable: pa.Table
 ) -> bool:
     """The applicable rows ``COPY``-ed straight into the table, under a savepoint; False when the batch
     needs the set-wise apply instead (deletes, array or composite columns) or PostgreSQL refused a row."""
@@ -585,7 +285,7 @@ def _copy_into_target(
         return False
     cur.execute("SAVEPOINT conduit_copy")
     try:
-        copy_rows(cur, _table_ident(target.name), [(c, layout.value_column(c)) for c in written], applicable)
+        copy_rows(cur, table_ident(target.name), [(c, layout.value_column(c)) for c in written], applicable)
     except psycopg.Error as error:
         if not is_data_error(error):
             raise
@@ -602,7 +302,7 @@ def _refused_in_spark(rows: pa.Table | pa.RecordBatch) -> list[tuple[int, str]]:
 
 
 def _write(
-    conn: Any, url: str, layout: Layout, key: str, target: _Target | None, batches: Iterator[pa.RecordBatch]
+    conn: Any, url: str, layout: Layout, key: str, target: Target | None, batches: Iterator[pa.RecordBatch]
 ) -> tuple[list[tuple[int, str]], int, str]:
     """Write the staging rows, as Spark hands them over, inside the open transaction (steps 3 and 4 of
     the protocol); ``(nacks, rows affected, how)``."""
@@ -632,14 +332,14 @@ def _apply(
     cur = conn.cursor()
     if copy and layout.typed and not key and len(tables) == 1:
         [(name, batch)] = tables.items()
-        target = _target(cur, name, key)
+        target = read_target(cur, name, key)
         if set(batch.fields) <= set(target.columns) and _copy_into_target(
             cur, target, batch, layout, applicable
         ):
             return _refused_in_spark(rows), applicable.num_rows, COPIED
     if not staged:
         _copy_into_staging(cur, layout, iter(rows.to_batches()))
-    return (*_apply_batch(conn, url, STAGING_TABLE, layout, key, tables), APPLIED)
+    return (*apply_batch(conn, url, STAGING_TABLE, layout, key, tables), APPLIED)
 
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
