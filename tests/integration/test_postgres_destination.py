@@ -277,6 +277,35 @@ def test_upsert_and_delete_by_key_last_operation_wins(spark, pg, db):
     ]
 
 
+def test_upserts_of_new_keys_are_copied_until_a_key_exists(spark, pg, db, caplog):
+    """While every key is new an upsert is an insert: the batch is COPY-ed straight into the table. The
+    first batch that meets a key already there is refused by the unique index and upserted through the
+    staging table, and so is every later batch of that destination, without another COPY."""
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE kv (k text PRIMARY KEY, v int, note text DEFAULT 'd'); ALTER TABLE kv OWNER TO {APP_USER}",
+    )
+    settings = {"url": db, "table": "kv", "key": "k"}
+    first = [record("snapshot", {"k": f"k{i}", "v": i}) for i in range(20)]
+    first[7] = record("create", {"v": 7}, key={"k": "k7"})  # the key from .Key only
+    second = [record("update", {"k": f"k{i}", "v": 100 + i}) for i in range(15, 25)]  # k15..k19 exist
+    third = [record("update", {"k": "k0", "v": -1}), record("create", {"k": "new", "v": 1})]
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        write(spark, first, settings, delivery("u1", batch=0))
+        assert destination.COPIED in caplog.text and destination.APPLIED not in caplog.text
+        caplog.clear()
+        for number, batch in enumerate([second, third], start=1):
+            assert write(spark, batch, settings, delivery(f"u{number + 1}", batch=number)).nacks == []
+    assert destination.COPIED not in caplog.text
+    assert caplog.text.count(destination.APPLIED) == 2
+    assert caplog.text.count("upserts go through the staging table") == 1
+    got = dict(rows(pg, db, "SELECT k, v FROM kv"))
+    expected = {f"k{i}": i for i in range(15)} | {f"k{i}": 100 + i for i in range(15, 25)}
+    assert got == expected | {"k0": -1, "new": 1}
+    assert rows(pg, db, "SELECT DISTINCT note FROM kv") == [("d",)]
+
+
 def test_table_from_collection_several_tables_in_one_batch(spark, pg, db):
     rows(
         pg, db, f"CREATE TABLE orders (id int PRIMARY KEY, total int); ALTER TABLE orders OWNER TO {APP_USER}"

@@ -67,6 +67,7 @@ from airflow_conduit.engine.connectors.postgres._common import (
     is_data_error,
     redact,
     safe_url,
+    sqlstate,
 )
 from airflow_conduit.engine.connectors.postgres.setwise import (
     TableBatch,
@@ -175,6 +176,8 @@ class _Received:
     """Rows ``COPY``-ed into the table; None when the batch needs the apply instead."""
     copy_again: bool = True
     """Whether the apply may ``COPY`` the whole batch (False when PostgreSQL refused a row)."""
+    refused_by: str = ""
+    """The SQLSTATE with which PostgreSQL refused the ``COPY``, if it did."""
 
     def refused(self) -> list[tuple[int, str]]:
         """``(seq, err)`` of the rows Spark refused, in source order."""
@@ -200,16 +203,17 @@ def _fields(rows: pa.RecordBatch, layout: Layout) -> list[str]:
 
 
 def _copy_as_received(
-    cur: Any, target: Target, layout: Layout, batches: Iterator[pa.RecordBatch]
+    cur: Any, target: Target, layout: Layout, key: str, batches: Iterator[pa.RecordBatch]
 ) -> _Received:
-    """Inserts (no ``key``) ``COPY``-ed straight into the table while Spark computes the rest, under a
-    savepoint.
+    """The rows ``COPY``-ed straight into the table while Spark computes the rest, under a savepoint:
+    inserts, or with ``key`` upserts as long as every key is new (see :func:`_write`).
 
-    The ``COPY`` names the columns that the first rows to apply set. It gives way to the apply (rolled
-    back to the savepoint, every batch still received) when a later batch sets another column (a column
-    no record sets keeps its default, one that some set is NULL for the others), when a column needs
-    more than its text (arrays, composites), when batches come out of source order, or when PostgreSQL
-    refuses a row (the apply then finds which).
+    The ``COPY`` names the columns that the first rows to apply set, and the key. It gives way to the
+    apply (rolled back to the savepoint, every batch still received) when a later batch sets another
+    column (a column no record sets keeps its default, one that some set is NULL for the others), when a
+    column needs more than its text (arrays, composites), when batches come out of source order, when an
+    upsert batch holds a delete, or when PostgreSQL refuses a row (the apply then finds which; a key
+    already in the table or twice in the batch is refused by the unique index).
     """
     import psycopg
 
@@ -223,22 +227,30 @@ def _copy_as_received(
     if first is None or not first.num_rows:
         return received  # nothing to apply
     written = _fields(first, layout)
-    if not _copyable(target, written):
+    # (target column, staging column); with a key, the key as the upsert reads it (``.Key`` first).
+    columns = [(key, "key")] if key else []
+    columns += [(c, layout.value_column(c)) for c in written if c != key]
+    if not _copyable(target, [c for c, _ in columns]):
         received.batches.extend(batches)
         return received
     copied, last_seq = 0, -1
     cur.execute("SAVEPOINT conduit_copy")
     try:
-        with cur.copy(copy_statement(table_ident(target.name), written)) as copier:
+        with cur.copy(copy_statement(table_ident(target.name), [c for c, _ in columns])) as copier:
             rows: pa.RecordBatch | None = first
             while rows is not None:
                 if rows.num_rows:
                     seqs = rows.column("seq")
-                    if seqs[0].as_py() <= last_seq or not pc.all(pc.greater(seqs[1:], seqs[:-1])).as_py():
+                    if (
+                        seqs[0].as_py() <= last_seq
+                        or not pc.all(pc.greater(seqs[1:], seqs[:-1]), min_count=0).as_py()
+                    ):
                         raise _NotCopied("out of source order")
                     if not set(_fields(rows, layout)) <= set(written):
                         raise _NotCopied("another column")
-                    copier.write(csv_rows(rows, [layout.value_column(c) for c in written]))
+                    if key and pc.any(pc.equal(rows.column("op"), "delete")).as_py():
+                        raise _NotCopied("a delete")
+                    copier.write(csv_rows(rows, [staged for _, staged in columns]))
                     copied, last_seq = copied + rows.num_rows, seqs[-1].as_py()
                 batch = next(batches, None)
                 if batch is not None:
@@ -250,6 +262,7 @@ def _copy_as_received(
         cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
         received.batches.extend(batches)
         received.copy_again = isinstance(error, _NotCopied)
+        received.refused_by = sqlstate(error)
         return received
     cur.execute("RELEASE SAVEPOINT conduit_copy")
     received.copied = copied
@@ -301,18 +314,48 @@ def _refused_in_spark(rows: pa.Table | pa.RecordBatch) -> list[tuple[int, str]]:
     return [(r["seq"], r["err"]) for r in refused]
 
 
+_UPSERTS_NOT_COPIED: set[tuple[str, ...]] = set()
+"""Destinations (URL, table, pipeline, destination) whose upserts met a key already in the table in
+this process: their upserts go through the staging table from then on."""
+_UNIQUE_VIOLATION = "23505"
+
+
 def _write(
-    conn: Any, url: str, layout: Layout, key: str, target: Target | None, batches: Iterator[pa.RecordBatch]
+    conn: Any,
+    url: str,
+    layout: Layout,
+    key: str,
+    target: Target | None,
+    batches: Iterator[pa.RecordBatch],
+    delivery: Delivery,
 ) -> tuple[list[tuple[int, str]], int, str]:
     """Write the staging rows, as Spark hands them over, inside the open transaction (steps 3 and 4 of
-    the protocol); ``(nacks, rows affected, how)``."""
+    the protocol); ``(nacks, rows affected, how)``.
+
+    Upserts into a table whose key has a unique index try the ``COPY`` first: while every key is new
+    (a snapshot, a first load) an upsert is an insert. The first batch that meets a key already there
+    (CDC updating rows) costs one refused ``COPY``; the destination then upserts through the staging
+    table for the rest of the run.
+    """
     cur = conn.cursor()
-    direct = layout.typed and not key and target is not None
+    upserts = (safe_url(url), target.name if target else "", delivery.pipeline_id, delivery.destination_id)
+    direct = (
+        layout.typed
+        and target is not None
+        and (not key or (target.unique_key and upserts not in _UPSERTS_NOT_COPIED))
+    )
     received = (
-        _copy_as_received(cur, target, layout, batches)
+        _copy_as_received(cur, target, layout, key, batches)
         if direct
         else _copy_into_staging(cur, layout, batches)
     )
+    if key and received.refused_by == _UNIQUE_VIOLATION:
+        _UPSERTS_NOT_COPIED.add(upserts)
+        logger.info(
+            "postgres destination %s: keys already in %s: upserts go through the staging table from now on",
+            delivery.destination_id,
+            target.name,
+        )
     if not received.batches:
         return [], 0, NOTHING
     if received.copied is not None:
@@ -361,7 +404,7 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
                 return staged
             json_columns = [c for c in target.columns if c not in target.scalar] if target else []
             batches = stream(staging_frame(records, settings, layout, json_columns), context)
-            staged.nacks, staged.applied, how = _write(conn, url, layout, key, target, batches)
+            staged.nacks, staged.applied, how = _write(conn, url, layout, key, target, batches, delivery)
             _store_marker(cur, delivery)
             logger.info(
                 "%s: batch %d computed and %s in %.2f s (%d rows affected, %d nacked)",

@@ -43,6 +43,8 @@ class Target:
     json: dict[str, str] = field(default_factory=dict)
     """json/jsonb columns, read with ``->``; the rest (arrays, composites) go through
     ``jsonb_populate_record``."""
+    unique_key: bool = False
+    """The key column has a unique index of its own, checked at once."""
 
 
 def read_target(cur: Any, name: str, key: str) -> Target:
@@ -69,12 +71,25 @@ def read_target(cur: Any, name: str, key: str) -> Target:
             f"(columns: {', '.join(types)})",
             code=Code.DESTINATION_FAILED,
         )
+    # A unique index on the key alone, checked at once (not deferred, not partial): a COPY that meets a
+    # key already there fails on it, which lets upserts of new keys try a plain COPY first.
+    unique_key = (
+        bool(key)
+        and cur.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = %s::regclass "
+            "AND i.indisunique AND i.indimmediate AND i.indnkeyatts = 1 AND i.indpred IS NULL "
+            "AND i.indexprs IS NULL AND a.attname = %s)",
+            (ident, key),
+        ).fetchone()[0]
+    )
     return Target(
         name,
         tuple(row[0] for row in rows if not row[2]),
         types.get(key, ""),
         {row[0]: row[1] for row in rows if row[3]},
         {row[0]: row[1] for row in rows if row[4]},
+        unique_key,
     )
 
 
