@@ -5,8 +5,9 @@ same-shaped tables of a throwaway PostgreSQL cluster (tests/pgcluster.py):
 
 (a) the destination's own code path, per micro-batch of ``--batch`` records: ``stage`` (Spark computes the
     staging rows, the driver COPYs them as they arrive in one transaction with the delivery marker:
-    straight into the table for inserts, through a temporary staging table for upserts) then ``publish``; once without
-    ``key`` (inserts) and once with ``key`` (upserts on the primary key);
+    straight into the table for inserts and upserts of new keys, through a temporary staging table for
+    upserts that meet existing keys) then ``publish``; without ``key`` (inserts), with ``key`` into an
+    empty table (upserts of new keys), and with ``key`` over a table that holds every key already;
 (b) ``df.write.jdbc(mode="append")`` with Debian's PostgreSQL JDBC driver, the job a user would write
     without any delivery guarantee (a replayed batch duplicates its rows): from the plain columns, and
     from the same VARIANT records (``variant_get`` per column first).
@@ -69,7 +70,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         url = cluster.create_database("bench")
-        for name in ("t_conduit", "t_conduit_key", "t_jdbc", "t_jdbc2"):
+        for name in ("t_conduit", "t_conduit_key", "t_conduit_upd", "t_jdbc", "t_jdbc2"):
             cluster.execute(TABLE_DDL.format(name=name), "bench")
             cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
         # The same rows for both, cached: plain columns for JDBC, the engine's record form (VARIANT) for
@@ -145,10 +146,17 @@ def main() -> None:
                 frame = staging.staging_frame(records, {"url": url, "table": "t_conduit"}, layout)
                 sum(batch.num_rows for batch in staging.stream(frame, "benchmark"))
 
+        def conduit_over_existing() -> None:
+            """Every key already in the table, as CDC updates find them: the first batch's COPY is refused
+            by the primary key, and the run upserts through the staging table from then on."""
+            destination._UPSERTS_NOT_COPIED.clear()  # each run starts as a new process would
+            conduit("t_conduit_upd", "id")
+
         runs = {
             "step 1 only: staging rows to the driver": (None, step1_rows),
             "conduit postgres, insert (no key)": ("t_conduit", lambda: conduit("t_conduit", "")),
-            "conduit postgres, upsert (key id)": ("t_conduit_key", lambda: conduit("t_conduit_key", "id")),
+            "conduit postgres, upsert of new keys": ("t_conduit_key", lambda: conduit("t_conduit_key", "id")),
+            "conduit postgres, upsert of existing keys": ("t_conduit_upd", conduit_over_existing),
             "spark jdbc append, from VARIANT records": ("t_jdbc2", jdbc_from_records),
             "spark jdbc append": ("t_jdbc", jdbc),
         }
@@ -157,6 +165,12 @@ def main() -> None:
             for name, (table, run) in runs.items():
                 if table:
                     cluster.execute(f"TRUNCATE {table}", "bench")
+                if table == "t_conduit_upd":
+                    cluster.execute(
+                        f"INSERT INTO {table} SELECT g, 'old', 0, 'old', false, 0 "
+                        f"FROM generate_series(0, {args.records - 1}) g",
+                        "bench",
+                    )
                 started = time.perf_counter()
                 run()
                 if round_:
