@@ -88,22 +88,15 @@ def staging_frame(
             code=Code.INVALID_CONFIG,
         )
     tbl = sql_text(table) if table else f"nullif(metadata[{sql_text(META_COLLECTION)}], '')"
-    if key:
-        sources = [f"variant_get({part}, {_field(key)})" for part in ("key", "after", "before")]
-        if layout.typed:  # the key as text, as PostgreSQL reads it
-            texts = [f"try_variant_get({s}, '$', 'string')" for s in sources]
-            key_value = f"coalesce({', '.join(texts)}, cast(key_raw AS STRING))"
-        else:
-            key_value = f"to_json(coalesce({', '.join(sources)}, cast(cast(key_raw AS STRING) AS VARIANT)))"
-    else:
-        key_value = "CAST(NULL AS STRING)"
     if "_seq" not in records.columns:  # the engine passes it; a caller without it gets source order
         records = records.withColumn("_seq", F.monotonically_increasing_id())
     rows = records.selectExpr(
         "_seq AS seq",
         "operation",
         f"{tbl} AS tbl",
-        f"{key_value} AS key_value",
+        "key",
+        "key_raw",
+        "before",
         "after",
         "after_raw",
         # The payload's fields, to tell which columns a batch sets (and, typed, fields no column takes).
@@ -121,7 +114,7 @@ def staging_frame(
         ]
         rows = rows.selectExpr("*", *jsons)
         has = [f"j{i} IS NOT NULL AS h{i}" for i in range(len(layout.columns))]
-        rows = rows.selectExpr("*", *has)
+        rows = rows.selectExpr("*", *has, f"{_key_sql(key, layout)} AS key_value")
         values = [
             f"CASE WHEN {applied} THEN {_text_sql(c, i, c in json_columns)} END AS c{i}"
             for i, c in enumerate(layout.columns)
@@ -129,6 +122,7 @@ def staging_frame(
         present = [f"({applied} AND h{i}) AS p{i}" for i in range(len(layout.columns))]
         extra = [*values, *present]
     else:
+        rows = rows.selectExpr("*", f"{_key_sql(key, layout)} AS key_value")
         extra = [
             f"CASE WHEN {applied} THEN to_json(after) END AS after",
             f"CASE WHEN {applied} THEN to_json(map_keys(fields_map)) END AS fields",
@@ -143,19 +137,42 @@ def staging_frame(
     )
 
 
+def _key_sql(key: str, layout: Layout) -> str:
+    """The key's value: from ``.Key.<key>``, else ``.Payload.After.<key>``, else ``.Payload.Before.<key>``,
+    else a raw ``.Key`` read as UTF-8. Typed: as text, as PostgreSQL reads it; else as JSON."""
+    if not key:
+        return "CAST(NULL AS STRING)"
+    sources = {part: f"variant_get({part}, {_field(key)})" for part in ("key", "after", "before")}
+    if not layout.typed:
+        return f"to_json(coalesce({', '.join(sources.values())}, cast(cast(key_raw AS STRING) AS VARIANT)))"
+    texts = {part: f"try_variant_get({value}, '$', 'string')" for part, value in sources.items()}
+    if key in layout.columns:  # the payload's field as text is at hand already, and much cheaper
+        texts["after"] = _text_sql(key, layout.columns.index(key), False)
+    return f"coalesce({texts['key']}, {texts['after']}, {texts['before']}, cast(key_raw AS STRING))"
+
+
 def _text_sql(column: str, index: int, as_json: bool) -> str:
     """A column's text from its JSON (``j{index}``): a string unquoted (as PostgreSQL's ``->>`` reads
     it), anything else as JSON; a JSON null is NULL."""
     text = f"j{index}"
     if as_json:
         return f"CASE WHEN {text} <> 'null' THEN {text} END"
-    # A string without escapes is its JSON minus the quotes; one with escapes is read back from the
-    # variant (rare, and dearer).
-    unescaped = f"try_variant_get(try_element_at(fields_map, {sql_text(column)}), '$', 'string')"
-    return f"""CASE WHEN {text} = 'null' THEN NULL
-        WHEN startswith({text}, '"') THEN
-            CASE WHEN contains({text}, '\\\\') THEN {unescaped} ELSE substr({text}, 2, length({text}) - 2) END
-        ELSE {text} END"""
+    return _json_text(text, f"try_element_at(fields_map, {sql_text(column)})")
+
+
+def _json_text(json: str, variant: str) -> str:
+    """The text of a value given as JSON (``json``), as PostgreSQL's ``->>`` reads it: a string
+    unquoted, anything else as JSON, a JSON null as NULL.
+
+    A string without escapes is its JSON minus the quotes; one with escapes is read back from
+    ``variant`` (rare, and dearer: casting a variant to a string is several times slower than
+    ``to_json``).
+    """
+    unescaped = f"try_variant_get({variant}, '$', 'string')"
+    return f"""CASE WHEN {json} = 'null' THEN NULL
+        WHEN startswith({json}, '"') THEN
+            CASE WHEN contains({json}, '\\\\') THEN {unescaped} ELSE substr({json}, 2, length({json}) - 2) END
+        ELSE {json} END"""
 
 
 def _error_sql(key: str, layout: Layout, table: str) -> str:
