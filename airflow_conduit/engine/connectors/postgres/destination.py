@@ -163,8 +163,8 @@ def _store_marker(cur: Any, delivery: Delivery) -> None:
     )
 
 
-class _NotCopied(Exception):
-    """The batch cannot go straight into the table as it arrives (see :func:`_copy_as_received`)."""
+A_DELETE = "a delete"
+"""Why an upsert batch gave way to the staging table: it holds a delete."""
 
 
 @dataclass
@@ -178,6 +178,8 @@ class _Received:
     """Whether the apply may ``COPY`` the whole batch (False when PostgreSQL refused a row)."""
     refused_by: str = ""
     """The SQLSTATE with which PostgreSQL refused the ``COPY``, if it did."""
+    gave_way: str = ""
+    """Why the ``COPY`` gave way to the apply, if it did."""
 
     def refused(self) -> list[tuple[int, str]]:
         """``(seq, err)`` of the rows Spark refused, in source order."""
@@ -236,33 +238,38 @@ def _copy_as_received(
     copied, last_seq = 0, -1
     cur.execute("SAVEPOINT conduit_copy")
     try:
+        # Giving way leaves the block normally (the COPY of what was sent ends, then is rolled back):
+        # psycopg logs a warning when a COPY ended by an exception also fails on the server.
         with cur.copy(copy_statement(table_ident(target.name), [c for c, _ in columns])) as copier:
             rows: pa.RecordBatch | None = first
-            while rows is not None:
+            while rows is not None and not received.gave_way:
                 if rows.num_rows:
                     seqs = rows.column("seq")
                     if (
                         seqs[0].as_py() <= last_seq
                         or not pc.all(pc.greater(seqs[1:], seqs[:-1]), min_count=0).as_py()
                     ):
-                        raise _NotCopied("out of source order")
-                    if not set(_fields(rows, layout)) <= set(written):
-                        raise _NotCopied("another column")
-                    if key and pc.any(pc.equal(rows.column("op"), "delete")).as_py():
-                        raise _NotCopied("a delete")
-                    copier.write(csv_rows(rows, [staged for _, staged in columns]))
-                    copied, last_seq = copied + rows.num_rows, seqs[-1].as_py()
+                        received.gave_way = "out of source order"
+                    elif not set(_fields(rows, layout)) <= set(written):
+                        received.gave_way = "another column"
+                    elif key and pc.any(pc.equal(rows.column("op"), "delete")).as_py():
+                        received.gave_way = A_DELETE
+                    else:
+                        copier.write(csv_rows(rows, [staged for _, staged in columns]))
+                        copied, last_seq = copied + rows.num_rows, seqs[-1].as_py()
                 batch = next(batches, None)
                 if batch is not None:
                     received.batches.append(batch)
                 rows = None if batch is None else _applicable(batch)
-    except (_NotCopied, psycopg.Error) as error:
-        if isinstance(error, psycopg.Error) and not is_data_error(error):
+    except psycopg.Error as error:
+        if not is_data_error(error):
             raise
+        received.gave_way = f"refused ({sqlstate(error)})"
+        received.copy_again = False
+        received.refused_by = sqlstate(error)
+    if received.gave_way:
         cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
         received.batches.extend(batches)
-        received.copy_again = isinstance(error, _NotCopied)
-        received.refused_by = sqlstate(error)
         return received
     cur.execute("RELEASE SAVEPOINT conduit_copy")
     received.copied = copied
@@ -333,9 +340,9 @@ def _write(
     the protocol); ``(nacks, rows affected, how)``.
 
     Upserts into a table whose key has a unique index try the ``COPY`` first: while every key is new
-    (a snapshot, a first load) an upsert is an insert. The first batch that meets a key already there
-    (CDC updating rows) costs one refused ``COPY``; the destination then upserts through the staging
-    table for the rest of the run.
+    (a snapshot, a first load) an upsert is an insert. The first batch that meets a key already there,
+    or holds a delete (CDC, in both cases), costs one ``COPY`` given up; the destination then upserts
+    through the staging table for the rest of the run.
     """
     cur = conn.cursor()
     upserts = (safe_url(url), target.name if target else "", delivery.pipeline_id, delivery.destination_id)
@@ -349,12 +356,15 @@ def _write(
         if direct
         else _copy_into_staging(cur, layout, batches)
     )
-    if key and received.refused_by == _UNIQUE_VIOLATION:
+    if key and (received.refused_by == _UNIQUE_VIOLATION or received.gave_way == A_DELETE):
         _UPSERTS_NOT_COPIED.add(upserts)
+        reason = (
+            "a batch holds deletes" if received.gave_way == A_DELETE else f"keys already in {target.name}"
+        )
         logger.info(
-            "postgres destination %s: keys already in %s: upserts go through the staging table from now on",
+            "postgres destination %s: %s: upserts go through the staging table from now on",
             delivery.destination_id,
-            target.name,
+            reason,
         )
     if not received.batches:
         return [], 0, NOTHING
