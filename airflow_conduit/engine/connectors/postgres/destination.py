@@ -10,11 +10,12 @@ Protocol, per batch and destination:
    field that is no column...); such records are nacked. The driver receives the rows as Arrow, one
    partition after another in source order, while Spark computes the rest, and ``COPY``-s them as they
    come:
-3. inserts into a fixed ``table`` (no ``key``, only scalar and json columns) straight into it, under a
-   savepoint. Anything else, or a batch that this ``COPY`` cannot take (PostgreSQL refuses a row, a
-   later part of the batch sets another column...), goes through a temporary staging table
-   (``ON COMMIT DROP``) and is applied set-wise (:mod:`.setwise`): per key the last operation of the batch wins (deletes
-   with ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``);
+3. inserts into a fixed ``table`` (only scalar and json columns) straight into it, under a savepoint;
+   so are upserts while every key is new, when the key has a unique index (see :func:`_write`).
+   Anything else, or a batch that this ``COPY`` cannot take (PostgreSQL refuses a row, a later part of
+   the batch sets another column...), goes through a temporary staging table (``ON COMMIT DROP``) and
+   is applied set-wise (:mod:`.setwise`): per key the last operation of the batch wins (deletes with
+   ``DELETE ... USING``, creates/updates/snapshots as ``INSERT ... ON CONFLICT (key) DO UPDATE``);
    without ``key`` plain inserts in source order.
 4. A data error in the set-wise apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls
    back to a savepoint and applies the batch again in halves of its seq range, each under its own
