@@ -175,10 +175,9 @@ class _Received:
     batches: list[pa.RecordBatch] = field(default_factory=list)
     copied: int | None = None
     """Rows ``COPY``-ed into the table; None when the batch needs the apply instead."""
-    copy_again: bool = True
-    """Whether the apply may ``COPY`` the whole batch (False when PostgreSQL refused a row)."""
     refused_by: str = ""
-    """The SQLSTATE with which PostgreSQL refused the ``COPY``, if it did."""
+    """The SQLSTATE with which PostgreSQL refused the ``COPY``, if it did (then the apply does not
+    try a ``COPY`` of the whole batch again)."""
     gave_way: str = ""
     """Why the ``COPY`` gave way to the apply, if it did."""
 
@@ -266,7 +265,6 @@ def _copy_as_received(
         if not is_data_error(error):
             raise
         received.gave_way = f"refused ({sqlstate(error)})"
-        received.copy_again = False
         received.refused_by = sqlstate(error)
     if received.gave_way:
         cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
@@ -323,8 +321,8 @@ def _refused_in_spark(rows: pa.Table | pa.RecordBatch) -> list[tuple[int, str]]:
 
 
 _UPSERTS_NOT_COPIED: set[tuple[str, ...]] = set()
-"""Destinations (URL, table, pipeline, destination) whose upserts met a key already in the table in
-this process: their upserts go through the staging table from then on."""
+"""Destinations (URL, table, pipeline, destination) whose upserts met a key already in the table, or a
+delete, in this process: their upserts go through the staging table from then on."""
 _UNIQUE_VIOLATION = "23505"
 
 
@@ -371,7 +369,7 @@ def _write(
         return [], 0, NOTHING
     if received.copied is not None:
         return received.refused(), received.copied, COPIED
-    return _apply(conn, url, layout, key, received.table(), staged=not direct, copy=received.copy_again)
+    return _apply(conn, url, layout, key, received.table(), staged=not direct, copy=not received.refused_by)
 
 
 def _apply(
