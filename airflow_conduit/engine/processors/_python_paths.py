@@ -9,12 +9,18 @@ import path of every Python worker. Where the directory does exist, it comes fir
 from __future__ import annotations
 
 import hashlib
+import logging
 import zipfile
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from airflow_conduit.config.model import PipelineConfig
+
+logger = logging.getLogger("airflow_conduit.custom_python")
+
+MAX_SHIPPED_BYTES = 64 << 20
+"""Python files beyond this under one ``path`` are not shipped (a virtualenv under it, say)."""
 
 
 def ship_function_paths(spark: SparkSession, pipeline: PipelineConfig, into: Path) -> list[Path]:
@@ -25,7 +31,8 @@ def ship_function_paths(spark: SparkSession, pipeline: PipelineConfig, into: Pat
         for proc in processors
         if proc.plugin == "custom.python" and proc.settings.get("path")
     }
-    shipped = [zip_python_files(Path(path), into) for path in sorted(paths)]
+    archives = [zip_python_files(Path(path), into) for path in sorted(paths)]
+    shipped = [archive for archive in archives if archive is not None]
     for archive in shipped:
         # Spark adds a file name once per session; the name carries a hash of the content, so a changed
         # module is added again on the next run.
@@ -33,13 +40,23 @@ def ship_function_paths(spark: SparkSession, pipeline: PipelineConfig, into: Pat
     return shipped
 
 
-def zip_python_files(directory: Path, into: Path) -> Path:
-    """The ``*.py`` files under ``directory`` (not hidden, no ``__pycache__``), zipped into ``into``."""
+def zip_python_files(directory: Path, into: Path, limit: int = MAX_SHIPPED_BYTES) -> Path | None:
+    """The ``*.py`` files under ``directory`` (not hidden, no ``__pycache__``), zipped into ``into``;
+    None when they add up to more than ``limit`` bytes."""
     files = sorted(
         f
         for f in directory.rglob("*.py")
         if not any(part.startswith((".", "__pycache__")) for part in f.relative_to(directory).parts)
     )
+    size = sum(f.stat().st_size for f in files)
+    if size > limit:
+        logger.warning(
+            "custom.python path %s holds %.0f MB of Python files: not shipped to the executors, so it "
+            "must exist at the same place on every worker (point `path` at the functions' own directory)",
+            directory,
+            size / 2**20,
+        )
+        return None
     digest = hashlib.sha256()
     for f in files:
         digest.update(f.relative_to(directory).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
