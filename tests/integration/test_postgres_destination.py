@@ -453,6 +453,31 @@ def test_a_batch_too_large_for_the_driver_is_fatal_and_says_what_to_change(spark
     assert rows(pg, db, "SELECT count(*) FROM t") == [(0,)]
 
 
+def test_a_failure_while_rows_stream_in_writes_nothing_and_leaves_spark_usable(spark, pg, db, monkeypatch):
+    """The driver COPYs partitions while Spark computes the rest. A failure half way (injected: the
+    second partition's CSV) rolls everything back, closes Spark's stream, and the next batch writes."""
+    rows(pg, db, f"CREATE TABLE t (id int, v text); ALTER TABLE t OWNER TO {APP_USER}")
+    settings = {"url": db, "table": "t"}
+    records = [record(after={"id": i, "v": f"v{i}"}) for i in range(30)]
+    calls = []
+
+    def fail_on_second(rows_, columns):
+        calls.append(rows_.num_rows)
+        if len(calls) == 2:
+            raise RuntimeError("injected failure")
+        return csv_rows(rows_, columns)
+
+    csv_rows = destination.csv_rows
+    monkeypatch.setattr(destination, "csv_rows", fail_on_second)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        write(spark, records, settings, delivery("hf"))
+    assert rows(pg, db, "SELECT count(*) FROM t") == [(0,)]
+    assert not destination.delivered(settings, delivery("hf"))
+    monkeypatch.setattr(destination, "csv_rows", csv_rows)
+    assert write(spark, records, settings, delivery("hf")).nacks == []
+    assert rows(pg, db, "SELECT count(*) FROM t") == [(30,)]
+
+
 def test_missing_table_is_fatal_and_names_it(spark, pg, db):
     with pytest.raises(FatalError) as caught:
         write(spark, [record(after={"id": 1})], {"url": db, "table": "no_such_table"})

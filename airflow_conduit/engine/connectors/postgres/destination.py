@@ -53,6 +53,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -412,8 +413,10 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
                 conn.rollback()
                 return staged
             json_columns = [c for c in target.columns if c not in target.scalar] if target else []
-            batches = stream(staging_frame(records, settings, layout, json_columns), context)
-            staged.nacks, staged.applied, how = _write(conn, url, layout, key, target, batches, delivery)
+            # Closed on an error too: Spark's socket closes when the write fails, not when the
+            # traceback that holds the generator is freed.
+            with closing(stream(staging_frame(records, settings, layout, json_columns), context)) as batches:
+                staged.nacks, staged.applied, how = _write(conn, url, layout, key, target, batches, delivery)
             _store_marker(cur, delivery)
             logger.info(
                 "%s: batch %d computed and %s in %.2f s (%d rows affected, %d nacked)",
