@@ -34,8 +34,8 @@ def ship_function_paths(spark: SparkSession, pipeline: PipelineConfig, into: Pat
     archives = [zip_python_files(Path(path), into) for path in sorted(paths)]
     shipped = [archive for archive in archives if archive is not None]
     for archive in shipped:
-        # Spark adds a file name once per session; the name carries a hash of the content, so a changed
-        # module is added again on the next run.
+        # Spark ignores a path it was given before (its documented rule); the name carries a hash of
+        # the content, so a changed module gets a new path and is added again on the next run.
         spark.sparkContext.addPyFile(str(archive))
     return shipped
 
