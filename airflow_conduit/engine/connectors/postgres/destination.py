@@ -72,7 +72,6 @@ from airflow_conduit.engine.connectors.postgres._common import (
     sqlstate,
 )
 from airflow_conduit.engine.connectors.postgres.setwise import (
-    TableBatch,
     Target,
     apply_batch,
     read_target,
@@ -81,7 +80,6 @@ from airflow_conduit.engine.connectors.postgres.setwise import (
 )
 from airflow_conduit.engine.connectors.postgres.staging import (
     Layout,
-    copy_rows,
     copy_statement,
     csv_rows,
     staging_frame,
@@ -293,28 +291,6 @@ def _copy_into_staging(cur: Any, layout: Layout, batches: Iterator[pa.RecordBatc
     return received
 
 
-def _copy_into_target(
-    cur: Any, target: Target, batch: TableBatch, layout: Layout, applicable: pa.Table
-) -> bool:
-    """The applicable rows ``COPY``-ed straight into the table, under a savepoint; False when the batch
-    needs the set-wise apply instead (deletes, array or composite columns) or PostgreSQL refused a row."""
-    import psycopg
-
-    written = [c for c in target.columns if c in batch.fields]
-    if batch.deletes or not _copyable(target, written):
-        return False
-    cur.execute("SAVEPOINT conduit_copy")
-    try:
-        copy_rows(cur, table_ident(target.name), [(c, layout.value_column(c)) for c in written], applicable)
-    except psycopg.Error as error:
-        if not is_data_error(error):
-            raise
-        cur.execute("ROLLBACK TO SAVEPOINT conduit_copy")
-        return False
-    cur.execute("RELEASE SAVEPOINT conduit_copy")
-    return True
-
-
 def _refused_in_spark(rows: pa.Table | pa.RecordBatch) -> list[tuple[int, str]]:
     """``(seq, err)`` of the staging rows that carry an error."""
     refused = rows.filter(pc.is_valid(rows["err"])).select(["seq", "err"]).to_pylist()
@@ -384,11 +360,10 @@ def _apply(
         return _refused_in_spark(rows), 0, NOTHING
     cur = conn.cursor()
     if copy and layout.typed and not key and len(tables) == 1:
-        [(name, batch)] = tables.items()
-        target = read_target(cur, name, key)
-        if set(batch.fields) <= set(target.columns) and _copy_into_target(
-            cur, target, batch, layout, applicable
-        ):
+        [name] = tables
+        # The batch as one Arrow batch: the COPY names every column that some record sets.
+        whole = iter(rows.combine_chunks().to_batches())
+        if _copy_as_received(cur, read_target(cur, name, key), layout, key, whole).copied is not None:
             return _refused_in_spark(rows), applicable.num_rows, COPIED
     if not staged:
         _copy_into_staging(cur, layout, iter(rows.to_batches()))

@@ -313,9 +313,3 @@ def csv_rows(rows: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> memoryv
     options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
     pa_csv.write_csv(rows.select(list(columns)), buffer, options)
     return buffer.getbuffer()
-
-
-def copy_rows(cur: Any, table: Any, columns: Sequence[tuple[str, str]], rows: pa.Table) -> None:
-    """``COPY`` ``rows`` into ``table``; ``columns`` are ``(target column, staging column)`` pairs."""
-    with cur.copy(copy_statement(table, [target for target, _ in columns])) as copier:
-        copier.write(csv_rows(rows, [staged for _, staged in columns]))
