@@ -157,19 +157,8 @@ def test_text_values_arrive_exactly(spark, pg, db):
     staged = write(spark, records, {"url": db, "table": "notes"})
     assert staged.nacks == []
     got = rows(pg, db, "SELECT t, f FROM notes ORDER BY id")
-    assert [r[0] for r in got] == [
-        "plain",
-        'with "quotes"',
-        "back\\slash",
-        "new\nline\ttab",
-        "unicode é ✓ 😀",
-        "",
-        "null",
-        "comma, and ; semicolon",
-        "42",
-        '{"a":[1,"x"]}',
-        None,
-    ]
+    # Every string exactly as sent; the number and the object as their JSON text.
+    assert [r[0] for r in got] == [*texts[:8], "42", '{"a":[1,"x"]}', None]
     assert [r[1] for r in got] == [1e20, *(i / 3 for i in range(1, len(texts)))]
 
 
