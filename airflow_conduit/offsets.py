@@ -12,6 +12,7 @@ source that had no offset before, it starts at the source's initial offset.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,12 +93,13 @@ class OffsetLog:
             f"(it holds batches {ids[0]}..{ids[-1]})"
         )
 
-    def ranges(self, batch_id: int, sources: int, initial: list[Any]) -> list[tuple[Any, Any]]:
+    def ranges(self, batch_id: int, sources: int, initial: Callable[[int], Any]) -> list[tuple[Any, Any]]:
         """``(start, end)`` per source for batch ``batch_id``.
 
         :param sources: how many sources the pipeline has now; a log with another count belongs to an
             earlier version of the pipeline and cannot be mapped onto its sources
-        :param initial: each source's initial offset, the start of its first batch
+        :param initial: source ``i``'s initial offset, the start of its first batch; called only for a
+            source that has no earlier offset (asking a source may cost a connection)
         """
         current = self.read(batch_id)
         if len(current.ends) != sources:
@@ -117,7 +119,7 @@ class OffsetLog:
                 ) from None
         out = []
         for i in range(sources):
-            start = previous[i] if i < len(previous) and previous[i] is not None else initial[i]
+            start = previous[i] if i < len(previous) and previous[i] is not None else initial(i)
             end = current.ends[i] if current.ends[i] is not None else start
             out.append((start, end))
         return out

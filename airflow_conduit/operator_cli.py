@@ -22,7 +22,9 @@ source (from the previous batch's offsets, or the source's initial offset, to th
 source's stream reader reads that range again in plain Python (no Spark). Also shows whether the batch
 is committed (acked by every destination and the DLQ) and how many records each source contributed.
 A batch that stopped the pipeline (a poison record) is the last one, not committed: find the record
-here, then acknowledge it with `airflow-conduit ack`."""
+here, then acknowledge it with `airflow-conduit ack`. The Postgres source reads snapshot and polling
+pages again as the rows are now, and a CDC batch's changes from the replication slot until the batch
+commits (PostgreSQL releases them then; inspect says so)."""
 
 ACK_HELP = """\
 Acknowledge a poison record without writing it: its position is added to STATE_DIR/PIPELINE_ID/
@@ -124,12 +126,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     pipeline, state = found
     from airflow_conduit.engine.inspect_batches import inspect_batches
+    from airflow_conduit.errors import ConduitError
     from airflow_conduit.offsets import OffsetLogError
 
     first, last = (args.batch, args.batch) if args.batch is not None else (args.from_batch, args.to_batch)
     try:
         batches = inspect_batches(pipeline, state, first, last)
-    except OffsetLogError as error:
+    except (OffsetLogError, ConduitError) as error:  # ConduitError: a source's server, say
         return _fail(str(error))
     limit = args.limit if args.limit > 0 else None
     if args.json:
@@ -160,8 +163,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             )
         console.print(table)
         for source in batch.sources:
+            what = f"not read again: {source.unreadable}" if source.unreadable else f"{source.count} records"
             console.print(
-                f"  source {source.source} ({source.plugin}): {source.count} records, "
+                f"  source {source.source} ({source.plugin}): {what}, "
                 f"offsets {json.dumps(source.start)} -> {json.dumps(source.end)}",
                 soft_wrap=True,
             )

@@ -1,7 +1,8 @@
 """``airflow-conduit inspect``: the records of a micro-batch, read again from its offsets (no Spark).
 
 A batch's offsets in Spark's offset log fix exactly which records it holds (sources are replayable:
-the same range yields the same records). Each source's own stream reader (``partitions(start, end)``
+the same range yields the same records; the Postgres source's snapshot pages hold the rows as they are
+now, and a CDC range only until its batch commits and the slot releases it). Each source's own stream reader (``partitions(start, end)``
 and ``read(partition)``) is called here in plain Python, as Spark's Python worker would, so an operator
 can see what a failed or committed batch contained: which record is the poison one, what reached a
 destination. Records are shown as the source read them, before any processor, in OpenCDC JSON form
@@ -22,6 +23,7 @@ from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine.connectors._stream import SourceContext, source_options
 from airflow_conduit.engine.connectors.file import FileStreamReader
 from airflow_conduit.engine.connectors.generator import GeneratorStreamReader
+from airflow_conduit.engine.connectors.postgres.source import PostgresStreamReader
 from airflow_conduit.offsets import OffsetLog, OffsetLogError
 from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS, SOURCE_TYPES
 from airflow_conduit.state import PipelineState
@@ -29,7 +31,11 @@ from airflow_conduit.state import PipelineState
 READERS: dict[str, type] = {
     "builtin:generator": GeneratorStreamReader,
     "builtin:file": FileStreamReader,
+    "builtin:postgres": PostgresStreamReader,
 }
+"""Readers may add two methods for ``inspect``: ``inspection_start()``, the initial offset without side
+effects (``initialOffset`` may create what a run needs), and ``unreadable(start, end)``, why a range
+cannot be read again (None when it can)."""
 _COLUMNS = tuple(SOURCE_TYPES)
 
 
@@ -62,6 +68,8 @@ class SourceRange:
     start: Any
     end: Any
     count: int
+    unreadable: str = ""
+    """Why the range was not read again (its records are not shown), if it was not."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +78,7 @@ class SourceRange:
             "start": self.start,
             "end": self.end,
             "count": self.count,
+            "unreadable": self.unreadable or None,
         }
 
 
@@ -141,9 +150,8 @@ def _opencdc(row: dict[str, Any], node_id: str) -> dict[str, Any]:
 
 
 def read_range(
-    source: ConnectorConfig, start: Any, end: Any, acked: frozenset[bytes]
+    source: ConnectorConfig, reader: Any, start: Any, end: Any, acked: frozenset[bytes]
 ) -> list[InspectedRecord]:
-    reader = stream_reader(source)
     out = []
     for partition in reader.partitions(start, end):
         for chunk in reader.read(partition):
@@ -159,19 +167,34 @@ def inspect_batch(pipeline: PipelineConfig, state: PipelineState, batch_id: int)
     """The records of micro-batch ``batch_id``, per source in source order, sources in pipeline order.
 
     :raises OffsetLogError: no offset log yet, or the batch is not in it
+    :raises ConduitError: a source cannot be read (its server is unreachable, say)
     """
     log = OffsetLog.of(state)
     sources = pipeline.sources
-    initial = [stream_reader(s).initialOffset() for s in sources]
-    ranges = log.ranges(batch_id, len(sources), initial)
-    records: list[InspectedRecord] = []
-    summaries = []
-    for source, (start, end) in zip(sources, ranges, strict=True):
-        acked = frozenset(state.acked_positions(source.id))
-        read = read_range(source, start, end, acked)
-        records += read
-        summaries.append(SourceRange(source.id, source.plugin, start, end, len(read)))
+    readers = [stream_reader(s) for s in sources]
+    try:
+        ranges = log.ranges(batch_id, len(sources), lambda i: _initial_offset(readers[i]))
+        records: list[InspectedRecord] = []
+        summaries = []
+        for source, reader, (start, end) in zip(sources, readers, ranges, strict=True):
+            check = getattr(reader, "unreadable", None)
+            reason = check(start, end) if check else None
+            if reason:
+                summaries.append(SourceRange(source.id, source.plugin, start, end, 0, reason))
+                continue
+            acked = frozenset(state.acked_positions(source.id))
+            read = read_range(source, reader, start, end, acked)
+            records += read
+            summaries.append(SourceRange(source.id, source.plugin, start, end, len(read)))
+    finally:
+        for reader in readers:
+            reader.stop()
     return InspectedBatch(batch_id, log.is_committed(batch_id), tuple(summaries), tuple(records))
+
+
+def _initial_offset(reader: Any) -> Any:
+    start = getattr(reader, "inspection_start", None)
+    return start() if start else reader.initialOffset()
 
 
 def inspect_batches(

@@ -298,6 +298,66 @@ def test_the_slot_never_confirms_past_a_batch_that_did_not_commit(pg, run_yaml, 
     assert slot_confirmed(pg, "ack") > before_boom
 
 
+def test_inspect_reads_snapshot_pages_and_uncommitted_changes(pg, run_yaml, tmp_path) -> None:
+    """``inspect`` on a Postgres source: the poison change of the batch that stopped the pipeline comes
+    from the slot, which inspect neither advances nor creates; a committed batch's changes are gone."""
+    from airflow_conduit.config import load_pipeline_text
+    from airflow_conduit.engine.inspect_batches import inspect_batch
+    from airflow_conduit.offsets import OffsetLog
+    from airflow_conduit.state import PipelineState
+
+    url = pg.create_database("pgsrc_inspect")
+    sql(url, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
+    # Its own module name: another test imported failsink from its own directory in this process.
+    (tmp_path / "failsink_inspect.py").write_text(FAILING_SINK)
+    sink = """
+      - id: picky
+        type: destination
+        plugin: custom.python
+        settings:
+          function: failsink_inspect:sink
+          path: "{tmp}"
+"""
+    text = pipeline(url, "t", slot="insp", more=sink)
+    assert run_yaml(text)["exit_code"] == 0
+    sql(url, "INSERT INTO t VALUES (2, 'b')")
+    assert run_yaml(text)["exit_code"] == 0
+    sql(url, "INSERT INTO t VALUES (3, 'boom')")
+    (tmp_path / "fail").write_text("")
+    assert run_yaml(text)["exit_code"] == 1
+
+    def inspected(yaml_text: str) -> list:
+        config = load_pipeline_text(yaml_text.replace("{tmp}", str(tmp_path)), "p.yaml").pipelines[0]
+        state = PipelineState(tmp_path / "state", "pg-source")
+        return [inspect_batch(config, state, b) for b in OffsetLog.of(state).batch_ids()]
+
+    confirmed = slot_confirmed(pg, "insp")
+    batches = inspected(text)
+    assert slot_confirmed(pg, "insp") == confirmed  # peeked, not consumed
+    stuck = batches[-1]
+    assert not stuck.committed and [b.committed for b in batches[:-1]] == [True] * (len(batches) - 1)
+    assert [(r.record["operation"], r.record["payload"]["after"]) for r in stuck.records] == [
+        ("create", {"id": 3, "v": "boom"})
+    ]
+    assert stuck.records[0].record["metadata"]["opencdc.collection"] == "t"
+    assert [r.record["operation"] for r in batches[0].records] == ["snapshot"]
+    assert batches[0].records[0].record["payload"]["after"] == {"id": 1, "v": "a"}
+    # The committed batch with id 2: PostgreSQL released its changes when it committed.
+    changes = [
+        b
+        for b in batches[:-1]
+        if b.sources[0].end["phase"] == "cdc" and b.sources[0].start.get("lsn") != b.sources[0].end["lsn"]
+    ]
+    assert len(changes) == 1 and not changes[0].records
+    assert "released" in changes[0].sources[0].unreadable
+
+    # With a slot that does not exist, inspect creates none: the snapshot page is still read.
+    gone = inspected(text.replace("slotName: insp", "slotName: nosuch"))
+    assert [r.record["payload"]["after"] for r in gone[0].records] == [{"id": 1, "v": "a"}]
+    assert "does not exist" in gone[-1].sources[0].unreadable and not gone[-1].records
+    assert not pg.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'nosuch'")
+
+
 def test_long_polling_reads_new_rows_as_creates(pg, run_yaml, tmp_path) -> None:
     url = pg.create_database("pgsrc_poll")
     pg.execute("CREATE ROLE poller LOGIN PASSWORD 'poll-Pw-9'")  # no REPLICATION: long polling needs none

@@ -347,6 +347,8 @@ def read_changes(
     conn: Any, config: Config, tables: dict[str, Table], start: str, end: str
 ) -> Iterator[tuple]:
     """The records of the transactions that committed in ``(start, end]``, in commit order."""
+    if lsn_to_int(end) <= lsn_to_int(start):
+        return  # the batch that ends the snapshot may hold no change
     confirmed = _slot_position(conn, config.slot)
     if confirmed is None:
         raise _missing_slot(config)
@@ -440,6 +442,13 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._conn = None
 
     def initialOffset(self) -> dict:
+        return self._initial_offset(create_slot=True)
+
+    def inspection_start(self) -> dict:
+        """The initial offset for ``airflow-conduit inspect``, which must not create the slot."""
+        return self._initial_offset(create_slot=False)
+
+    def _initial_offset(self, create_slot: bool) -> dict:
         config = self.config
         with self._session("cannot start") as conn:
             tables = self._resolved(conn)
@@ -447,16 +456,37 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 if config.snapshot:
                     return poll_offset([None] * len(tables))
                 return poll_offset([_max_of(conn, t, t.order) for t in tables])
-            # The slot first: every change committed after this point is kept for us.
-            with _classified(
-                config.url,
-                f"postgres source: cannot create replication slot {config.slot!r} (the user needs the "
-                "REPLICATION attribute, the server wal_level=logical; or use cdcMode long_polling)",
-            ):
-                position = ensure_slot(conn, config.slot)
+            if not create_slot:  # without the slot, snapshot pages can still be read; changes cannot
+                position = _slot_position(conn, config.slot) or "0/0"
+            else:
+                # The slot first: every change committed after this point is kept for us.
+                with _classified(
+                    config.url,
+                    f"postgres source: cannot create replication slot {config.slot!r} (the user needs the "
+                    "REPLICATION attribute, the server wal_level=logical; or use cdcMode long_polling)",
+                ):
+                    position = ensure_slot(conn, config.slot)
             if config.snapshot and tables:
                 return snapshot_offset(0, None, position)
             return cdc_offset(position)
+
+    def unreadable(self, start: dict, end: dict) -> str | None:
+        """Why ``airflow-conduit inspect`` cannot read this range again: the changes of a batch are
+        released from the slot once it committed. Snapshot and polling pages can always be read again
+        (as the rows are now)."""
+        if end.get("phase") != "cdc" or start.get("lsn") == end["lsn"]:
+            return None
+        with self._session("cannot read the slot's position") as conn:
+            confirmed = _slot_position(conn, self.config.slot)
+        if confirmed is None:
+            return f"replication slot {self.config.slot!r} does not exist any more"
+        if lsn_to_int(confirmed) > lsn_to_int(start["lsn"]):
+            return (
+                f"PostgreSQL released these changes: replication slot {self.config.slot!r} is confirmed "
+                f"up to {confirmed}, past the batch's start {start['lsn']} (a batch's changes are "
+                "released once it commits)"
+            )
+        return None
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.config.max_records)
