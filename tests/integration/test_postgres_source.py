@@ -5,6 +5,8 @@ snapshot, CDC through a test_decoding slot (acked only after the batch committed
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +16,7 @@ import psycopg
 import pytest
 
 from tests.conftest import read_jsonl
+from tests.pgcluster import _free_port
 
 PIPELINE = """
 version: "2.2"
@@ -357,6 +360,19 @@ def test_inspect_reads_snapshot_pages_and_uncommitted_changes(pg, run_yaml, tmp_
     assert "does not exist" in gone[-1].sources[0].unreadable and not gone[-1].records
     assert not pg.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = 'nosuch'")
 
+    # The command line says it too; an unreachable server is a message, not a traceback.
+    (tmp_path / "p.yaml").write_text(text.replace("{tmp}", str(tmp_path)))
+    args = [sys.executable, "-m", "airflow_conduit.cli", "inspect", str(tmp_path / "p.yaml")]
+    args += ["--state-dir", str(tmp_path / "state"), "--batch", str(changes[0].batch_id)]
+    shown = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert "not read again: PostgreSQL released these changes" in " ".join(shown.stdout.split())
+    unreachable = text.replace(url, url.replace(f":{pg.port}/", f":{_free_port()}/"))
+    (tmp_path / "p.yaml").write_text(unreachable.replace("{tmp}", str(tmp_path)))
+    refused = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "cannot connect" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "conduit-Pw-42" not in refused.stderr
+
 
 def test_long_polling_reads_new_rows_as_creates(pg, run_yaml, tmp_path) -> None:
     url = pg.create_database("pgsrc_poll")
@@ -381,8 +397,6 @@ def test_long_polling_reads_new_rows_as_creates(pg, run_yaml, tmp_path) -> None:
 
 
 def test_unreachable_server_is_transient(pg, run_yaml) -> None:
-    from tests.pgcluster import _free_port
-
     url = f"postgresql://conduit:conduit-Pw-42@127.0.0.1:{_free_port()}/nothing"
     payload = run_yaml(pipeline(url, "t"))
     assert payload["exit_code"] == 75, payload
