@@ -28,6 +28,10 @@ converted by type: integers and numerics as JSON numbers (digits kept), booleans
 documents, null; everything else as its PostgreSQL text. Unchanged TOASTed values, which the WAL does not
 carry, are taken from the old row when it is there and left out otherwise. ``TRUNCATE`` is not turned
 into records.
+
+This module is the Spark stream reader and its offsets; the parts it calls: :mod:`.tables` (settings,
+tables resolved), :mod:`.pages` (snapshot and polling pages), :mod:`.changes` (the slot and its
+changes), :mod:`.records` (rows and changes as records, as Arrow).
 """
 
 from __future__ import annotations
@@ -36,7 +40,6 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 import pyarrow as pa
@@ -51,77 +54,18 @@ from airflow_conduit.engine.connectors._stream import (
     stop_requested,
 )
 from airflow_conduit.engine.connectors.postgres import _common
-from airflow_conduit.engine.connectors.postgres.test_decoding import (
-    Change,
-    Column,
-    columns_json,
-    lsn_to_int,
-    parse_row,
-    table_of,
+from airflow_conduit.engine.connectors.postgres.changes import (
+    cdc_end,
+    ensure_slot,
+    missing_slot,
+    read_changes,
+    slot_position,
 )
-from airflow_conduit.errors import Code, ConduitError, FatalError
-from airflow_conduit.record import META_COLLECTION
-
-META_TABLE = "postgres.table"
-PLUGIN_OPTIONS = ("skip-empty-xacts", "1")
-ARROW_ROWS = 10_000
-
-
-@dataclass(frozen=True)
-class Table:
-    """A configured table, resolved against the database once."""
-
-    name: str
-    """As configured: the records' ``opencdc.collection``."""
-    qualified: str
-    """``schema.table``, quoted where needed: how SQL and ``test_decoding`` name it."""
-    columns: tuple[tuple[str, str], ...]
-    """``(name, type)`` in table order; types as ``format_type`` prints them."""
-    key: tuple[str, ...]
-    """The record key's columns: the ``key`` setting, else the primary key."""
-    order: str
-    """The column that orders the snapshot (or ``orderingColumn`` for long polling); may be empty."""
-
-    def type_of(self, column: str) -> str:
-        return dict(self.columns).get(column, "text")
-
-    def select_list(self) -> str:
-        # As text, by each type's output function: the same text test_decoding prints, converted alike.
-        return ", ".join(f"{_ident(name)}::text" for name, _ in self.columns)
-
-
-@dataclass(frozen=True)
-class Config:
-    url: str
-    tables: tuple[str, ...]
-    key: str
-    snapshot: bool
-    mode: str
-    """``logrepl`` or ``long_polling``."""
-    slot: str
-    ordering_column: str
-    poll_interval: float
-    max_records: int
-
-    @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> Config:
-        tables = tuple(t.strip() for t in str(settings["tables"]).split(",") if t.strip())
-        mode = str(settings.get("cdcMode", "auto"))
-        return cls(
-            url=str(settings["url"]),
-            tables=tables,
-            key=str(settings.get("key") or ""),
-            snapshot=str(settings.get("snapshotMode", "initial")) == "initial",
-            mode="long_polling" if mode == "long_polling" else "logrepl",
-            slot=str(settings.get("logrepl.slotName") or "conduitslot"),
-            ordering_column=str(settings.get("orderingColumn") or ""),
-            poll_interval=float(settings.get("pollingPeriod") or 1.0),
-            max_records=int(settings["maxRecordsPerBatch"]),
-        )
-
-
-def _ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+from airflow_conduit.engine.connectors.postgres.pages import max_of, page_end, read_range
+from airflow_conduit.engine.connectors.postgres.records import arrow_batches
+from airflow_conduit.engine.connectors.postgres.tables import Config, Table, resolve_tables
+from airflow_conduit.engine.connectors.postgres.test_decoding import lsn_to_int
+from airflow_conduit.errors import Code, ConduitError
 
 
 def _classified(url: str, context: str) -> AbstractContextManager[None]:
@@ -131,100 +75,6 @@ def _classified(url: str, context: str) -> AbstractContextManager[None]:
 
 def _connect(url: str, autocommit: bool = True) -> Any:
     return _common.connect(url, code=Code.SOURCE_FAILED, autocommit=autocommit)
-
-
-# metadata ------------------------------------------------------------------------------------------
-
-
-def resolve_tables(conn: Any, config: Config) -> tuple[Table, ...]:
-    """Each configured table's qualified name, columns and key; FatalError naming what to fix."""
-    resolved = []
-    for name in config.tables:
-        row = conn.execute(
-            "SELECT c.oid::int, quote_ident(n.nspname) || '.' || quote_ident(c.relname) "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
-            (name,),
-        ).fetchone()
-        if row is None:
-            raise FatalError(
-                f"postgres source: table {name!r} does not exist in {_common.safe_url(config.url)}: "
-                "create it, or fix `tables` in the settings",
-                code=Code.SOURCE_FAILED,
-            )
-        oid, qualified = row
-        columns = tuple(
-            conn.execute(
-                "SELECT attname, format_type(atttypid, NULL) FROM pg_attribute "
-                "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                (oid,),
-            ).fetchall()
-        )
-        primary = tuple(
-            r[0]
-            for r in conn.execute(
-                "SELECT a.attname FROM pg_index i JOIN pg_attribute a "
-                "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-                "WHERE i.indrelid = %s AND i.indisprimary ORDER BY array_position(i.indkey, a.attnum)",
-                (oid,),
-            ).fetchall()
-        )
-        names = {c for c, _ in columns}
-        for setting, column in (("key", config.key), ("orderingColumn", config.ordering_column)):
-            if column and column not in names:
-                raise FatalError(
-                    f"postgres source: table {name!r} has no column {column!r}: fix `{setting}`",
-                    code=Code.SOURCE_FAILED,
-                )
-        key = (config.key,) if config.key else primary
-        order = config.ordering_column if config.mode == "long_polling" else (key[0] if len(key) == 1 else "")
-        if config.snapshot and config.mode == "logrepl" and not order:
-            what = "a composite primary key" if key else "no primary key"
-            raise FatalError(
-                f"postgres source: table {name!r} has {what}: set `key` to a unique column that orders "
-                "the snapshot",
-                code=Code.SOURCE_FAILED,
-            )
-        resolved.append(Table(name, qualified, columns, key, order))
-    return tuple(resolved)
-
-
-def _slot_position(conn: Any, slot: str) -> str | None:
-    """The slot's confirmed_flush_lsn, or None when it does not exist (in this database)."""
-    row = conn.execute(
-        "SELECT confirmed_flush_lsn::text, plugin FROM pg_replication_slots "
-        "WHERE slot_name = %s AND database = current_database()",
-        (slot,),
-    ).fetchone()
-    if row is None:
-        return None
-    if row[1] != "test_decoding":
-        raise FatalError(
-            f"postgres source: replication slot {slot!r} uses plugin {row[1]!r}, not test_decoding: "
-            "drop it or choose another `logrepl.slotName`",
-            code=Code.SOURCE_FAILED,
-        )
-    return row[0]
-
-
-def ensure_slot(conn: Any, slot: str) -> str:
-    """Create the logical replication slot unless it exists; its confirmed position."""
-    position = _slot_position(conn, slot)
-    if position is None:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'test_decoding')", (slot,))
-        position = _slot_position(conn, slot)
-    assert position is not None
-    return position
-
-
-def _missing_slot(config: Config) -> FatalError:
-    return FatalError(
-        f"postgres source: replication slot {config.slot!r} does not exist any more, so changes since the "
-        "last acknowledged position may be lost: start from a new checkpoint (snapshot again)",
-        code=Code.SOURCE_FAILED,
-    )
-
-
-# offsets -------------------------------------------------------------------------------------------
 
 
 def snapshot_offset(table: int, after: str | None, lsn: str) -> dict:
@@ -237,151 +87,6 @@ def cdc_offset(lsn: str) -> dict:
 
 def poll_offset(last: list[str | None]) -> dict:
     return {"phase": "poll", "last": last}
-
-
-def page_end(
-    conn: Any, table: Table, column: str, after: str | None, limit: int, upto: str | None = None
-) -> tuple[str | None, int]:
-    """The last ``column`` value of the next page of at most ``limit`` rows after ``after`` (and at or
-    below ``upto``), with the page's row count; ``(None, 0)`` when there is none."""
-    col, cast = _ident(column), table.type_of(column)
-    where, params = [], []
-    if after is not None:
-        where.append(f"{col} > CAST(%s AS {cast})")
-        params.append(after)
-    if upto is not None:
-        where.append(f"{col} <= CAST(%s AS {cast})")
-        params.append(upto)
-    condition = f"WHERE {' AND '.join(where)}" if where else f"WHERE {col} IS NOT NULL"
-    row = conn.execute(
-        f"SELECT v::text, n FROM (SELECT {col} AS v, count(*) OVER () AS n FROM "
-        f"(SELECT {col} FROM {table.qualified} {condition} ORDER BY {col} LIMIT %s) page) s "
-        "ORDER BY v DESC LIMIT 1",
-        (*params, limit),
-    ).fetchone()
-    return (row[0], int(row[1])) if row else (None, 0)
-
-
-# records -------------------------------------------------------------------------------------------
-
-
-def _record(
-    table: Table, position: str, operation: str, key: str | None, before: str | None, after: str | None
-) -> tuple:
-    """A row of SOURCE_SCHEMA: structured values as JSON text, raw columns empty."""
-    metadata = {META_COLLECTION: table.name, META_TABLE: table.name}
-    return (position.encode(), operation, metadata, key, None, before, None, after, None)
-
-
-def _key_json(table: Table, columns: dict[str, Column]) -> str | None:
-    present = [columns[k] for k in table.key if k in columns and not columns[k].toasted]
-    return columns_json(present) if present else None
-
-
-def row_record(table: Table, values: Sequence[str | None], operation: str, position: str) -> tuple:
-    """A row read with :meth:`Table.select_list` as a source record."""
-    columns = {
-        name: Column(name, type_name, text)
-        for (name, type_name), text in zip(table.columns, values, strict=True)
-    }
-    after = columns_json(list(columns.values()))
-    return _record(table, position, operation, _key_json(table, columns), None, after)
-
-
-def change_record(table: Table, change: Change, position: str) -> tuple | None:
-    """A decoded change as a source record; None for changes that make no record (TRUNCATE)."""
-    old = {c.name: c for c in change.old or ()}
-    before = columns_json(list(old.values())) if old else None
-    if change.action == "DELETE":
-        return _record(table, position, "delete", _key_json(table, old), before, None)
-    if change.action not in ("INSERT", "UPDATE") or change.new is None:
-        return None
-    # A TOASTed column the update left unchanged is not in the new row; the old row may hold it.
-    new = {c.name: (old.get(c.name, c) if c.toasted else c) for c in change.new}
-    operation = "create" if change.action == "INSERT" else "update"
-    return _record(
-        table, position, operation, _key_json(table, new), before, columns_json(list(new.values()))
-    )
-
-
-def peek(conn: Any, slot: str, upto: str | None, nchanges: int | None) -> list[tuple[str, str]]:
-    """``(lsn, data)`` rows of whole transactions, without consuming them."""
-    return conn.execute(
-        "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, %s, %s, %s)",
-        (slot, upto, nchanges, *PLUGIN_OPTIONS),
-    ).fetchall()
-
-
-def cdc_end(
-    conn: Any, config: Config, tables: dict[str, Table], start: str, budget: int, upto: str | None
-) -> str | None:
-    """The commit LSN that ends the next batch after ``start``: whole transactions holding about
-    ``budget`` changes of the tables. Transactions touching none of them are included behind relevant
-    ones, or on their own once there are ``budget`` of their changes, so the slot can move past
-    unrelated traffic without an empty batch on every poll."""
-    begin = lsn_to_int(start)
-    nchanges = budget + 2
-    while True:
-        rows = peek(conn, config.slot, upto, nchanges)
-        relevant = unrelated = pending_relevant = pending_unrelated = 0
-        last: str | None = None
-        for lsn, data in rows:
-            if data.startswith("table "):
-                is_ours = table_of(data) in tables
-                pending_relevant += is_ours
-                pending_unrelated += not is_ours
-            elif data.startswith("COMMIT"):
-                if lsn_to_int(lsn) > begin:
-                    relevant += pending_relevant
-                    unrelated += pending_unrelated
-                    last = lsn
-                    if relevant >= budget:
-                        return last
-                pending_relevant = pending_unrelated = 0
-        if len(rows) < nchanges:  # the end of what is there (peek returns at least nchanges otherwise)
-            return last if (relevant or unrelated >= budget) else None
-        nchanges *= 2  # transactions at or before `start`, or unrelated ones, used up the budget
-
-
-def read_changes(
-    conn: Any, config: Config, tables: dict[str, Table], start: str, end: str
-) -> Iterator[tuple]:
-    """The records of the transactions that committed in ``(start, end]``, in commit order."""
-    if lsn_to_int(end) <= lsn_to_int(start):
-        return  # the batch that ends the snapshot may hold no change
-    confirmed = _slot_position(conn, config.slot)
-    if confirmed is None:
-        raise _missing_slot(config)
-    if lsn_to_int(confirmed) > lsn_to_int(start):
-        raise FatalError(
-            f"postgres source: replication slot {config.slot!r} was advanced to {confirmed}, past this "
-            f"pipeline's position {start}: another consumer uses the slot and changes are lost; give each "
-            "pipeline its own `logrepl.slotName`",
-            code=Code.SOURCE_FAILED,
-        )
-    begin, finish = lsn_to_int(start), lsn_to_int(end)
-    pending: list[tuple[Table, Change]] = []
-    cursor = conn.cursor()
-    query = "SELECT lsn::text, data FROM pg_logical_slot_peek_changes(%s, %s::pg_lsn, NULL, %s, %s)"
-    for lsn, data in cursor.stream(query, (config.slot, end, *PLUGIN_OPTIONS)):
-        if data.startswith("table "):
-            table = tables.get(table_of(data) or "")
-            if table is not None:
-                change = parse_row(data)
-                assert isinstance(change, Change)
-                pending.append((table, change))
-            continue
-        if not data.startswith("COMMIT"):
-            continue
-        commit = lsn_to_int(lsn)
-        if begin < commit <= finish:
-            for index, (table, change) in enumerate(pending):
-                record = change_record(table, change, f"{lsn}:{index}")
-                if record is not None:
-                    yield record
-        pending = []
-        if commit >= finish:
-            break
 
 
 # Spark ---------------------------------------------------------------------------------------------
@@ -455,9 +160,9 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if config.mode == "long_polling":
                 if config.snapshot:
                     return poll_offset([None] * len(tables))
-                return poll_offset([_max_of(conn, t, t.order) for t in tables])
+                return poll_offset([max_of(conn, t, t.order) for t in tables])
             if not create_slot:  # without the slot, snapshot pages can still be read; changes cannot
-                position = _slot_position(conn, config.slot) or "0/0"
+                position = slot_position(conn, config.slot) or "0/0"
             else:
                 # The slot first: every change committed after this point is kept for us.
                 with _classified(
@@ -477,7 +182,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end.get("phase") != "cdc" or start.get("lsn") == end["lsn"]:
             return None
         with self._session("cannot read the slot's position") as conn:
-            confirmed = _slot_position(conn, self.config.slot)
+            confirmed = slot_position(conn, self.config.slot)
         if confirmed is None:
             return f"replication slot {self.config.slot!r} does not exist any more"
         if lsn_to_int(confirmed) > lsn_to_int(start["lsn"]):
@@ -495,7 +200,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = True
         with self._session("cannot read the current position") as conn:
             if self.config.mode == "long_polling":
-                self._target = [_max_of(conn, t, t.order) for t in self._resolved(conn)]
+                self._target = [max_of(conn, t, t.order) for t in self._resolved(conn)]
             else:
                 self._target = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]
 
@@ -547,7 +252,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return cdc_end(conn, self.config, by_name, start, budget, upto)
         except Exception as error:
             if _common.sqlstate(error) == "42704":  # undefined_object: the slot is gone
-                raise _missing_slot(self.config) from None
+                raise missing_slot(self.config) from None
             raise
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
@@ -573,7 +278,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with _classified(config.url, "postgres source: cannot read"):
             conn = _connect(config.url)
             try:
-                yield from _arrow_batches(_read_batch(conn, partition))
+                yield from arrow_batches(_read_batch(conn, partition))
             finally:
                 conn.close()
 
@@ -583,44 +288,13 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end.get("phase") != "cdc":
             return
         with self._session(f"cannot acknowledge position {end['lsn']}") as conn:
-            confirmed = _slot_position(conn, self.config.slot)
+            confirmed = slot_position(conn, self.config.slot)
             if confirmed is None:
-                raise _missing_slot(self.config)
+                raise missing_slot(self.config)
             if lsn_to_int(end["lsn"]) > lsn_to_int(confirmed):
                 conn.execute(
                     "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.config.slot, end["lsn"])
                 )
-
-
-_ARROW_SCHEMA = pa.schema(
-    [
-        ("position", pa.binary()),
-        ("operation", pa.string()),
-        ("metadata", pa.map_(pa.string(), pa.string())),
-        ("key_json", pa.string()),
-        ("key_raw", pa.binary()),
-        ("before_json", pa.string()),
-        ("before_raw", pa.binary()),
-        ("after_json", pa.string()),
-        ("after_raw", pa.binary()),
-    ]
-)
-
-
-def _arrow_batches(records: Iterator[tuple]) -> Iterator[pa.RecordBatch]:
-    """Records as Arrow batches of ARROW_ROWS: Spark takes them without converting row by row."""
-    while True:
-        chunk = list(islice(records, ARROW_ROWS))
-        if not chunk:
-            return
-        columns = list(zip(*chunk, strict=True))
-        arrays = [pa.array(values, field.type) for values, field in zip(columns, _ARROW_SCHEMA, strict=True)]
-        yield pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMA)
-
-
-def _max_of(conn: Any, table: Table, column: str) -> str | None:
-    row = conn.execute(f"SELECT max({_ident(column)})::text FROM {table.qualified}").fetchone()
-    return row[0] if row else None
 
 
 def _read_batch(conn: Any, batch: _Batch) -> Iterator[tuple]:
@@ -630,37 +304,11 @@ def _read_batch(conn: Any, batch: _Batch) -> Iterator[tuple]:
         return
     if batch.phase == "snapshot":
         table = batch.tables[batch.table]
-        yield from _read_range(conn, table, "snapshot", batch.after, batch.upto, "snapshot")
+        yield from read_range(conn, table, "snapshot", batch.after, batch.upto, "snapshot")
         return
     for table, (after, upto) in zip(batch.tables, batch.poll, strict=True):
         if upto is not None and upto != after:
-            yield from _read_range(conn, table, "create", after, upto, "poll")
-
-
-def _read_range(
-    conn: Any, table: Table, operation: str, after: str | None, upto: str | None, prefix: str
-) -> Iterator[tuple]:
-    """Rows with ``after < order <= upto`` in order, through a server-side cursor (bounded memory)."""
-    col, cast = _ident(table.order), table.type_of(table.order)
-    where, params = [f"{col} <= CAST(%s AS {cast})"], [upto]
-    if after is not None:
-        where.append(f"{col} > CAST(%s AS {cast})")
-        params.append(after)
-    names = [name for name, _ in table.columns]
-    order_index = names.index(table.order)
-    key_index = [names.index(k) for k in table.key]
-    with conn.transaction(), conn.cursor(name="conduit_source_page") as cursor:
-        cursor.itersize = 5000
-        cursor.execute(
-            f"SELECT {table.select_list()} FROM {table.qualified} WHERE {' AND '.join(where)} ORDER BY {col}",
-            params,
-        )
-        for values in cursor:
-            # The ordering value need not be unique (long polling): the key makes the position so.
-            position = f"{prefix}:{table.name}:{values[order_index]}"
-            if prefix == "poll" and table.key != (table.order,):
-                position += ":" + ",".join(str(values[i]) for i in key_index)
-            yield row_record(table, values, operation, position)
+            yield from read_range(conn, table, "create", after, upto, "poll")
 
 
 class PostgresDataSource(DataSource):
