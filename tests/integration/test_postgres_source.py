@@ -260,19 +260,26 @@ def sink(records, delivery_hash):
 """
 
 
-def test_the_slot_never_confirms_past_a_batch_that_did_not_commit(pg, run_yaml, tmp_path) -> None:
-    url = pg.create_database("pgsrc_ack")
+def picky_pipeline(url: str, slot: str, tmp_path: Path, module: str) -> str:
+    """Table ``t`` with row 1 and a pipeline whose ``custom.python`` destination refuses the batch with
+    ``v = 'boom'`` while ``{tmp}/fail`` exists. ``module``: the sink's module name, one per test (a
+    module imported by an earlier test in the process would be found first, in that test's directory)."""
     sql(url, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
-    (tmp_path / "failsink.py").write_text(FAILING_SINK)
-    sink = """
+    (tmp_path / f"{module}.py").write_text(FAILING_SINK)
+    sink = f"""
       - id: picky
         type: destination
         plugin: custom.python
         settings:
-          function: failsink:sink
-          path: "{tmp}"
+          function: {module}:sink
+          path: "{{tmp}}"
 """
-    text = pipeline(url, "t", slot="ack", more=sink)
+    return pipeline(url, "t", slot=slot, more=sink)
+
+
+def test_the_slot_never_confirms_past_a_batch_that_did_not_commit(pg, run_yaml, tmp_path) -> None:
+    url = pg.create_database("pgsrc_ack")
+    text = picky_pipeline(url, "ack", tmp_path, "failsink")
     assert run_yaml(text)["exit_code"] == 0
     sql(url, "INSERT INTO t VALUES (2, 'b')")
     assert run_yaml(text)["exit_code"] == 0
@@ -310,18 +317,7 @@ def test_inspect_reads_snapshot_pages_and_uncommitted_changes(pg, run_yaml, tmp_
     from airflow_conduit.state import PipelineState
 
     url = pg.create_database("pgsrc_inspect")
-    sql(url, "CREATE TABLE t (id int PRIMARY KEY, v text)", "INSERT INTO t VALUES (1, 'a')")
-    # Its own module name: another test imported failsink from its own directory in this process.
-    (tmp_path / "failsink_inspect.py").write_text(FAILING_SINK)
-    sink = """
-      - id: picky
-        type: destination
-        plugin: custom.python
-        settings:
-          function: failsink_inspect:sink
-          path: "{tmp}"
-"""
-    text = pipeline(url, "t", slot="insp", more=sink)
+    text = picky_pipeline(url, "insp", tmp_path, "failsink_inspect")
     assert run_yaml(text)["exit_code"] == 0
     sql(url, "INSERT INTO t VALUES (2, 'b')")
     assert run_yaml(text)["exit_code"] == 0
