@@ -105,7 +105,7 @@ def test_snapshot_of_two_tables_in_key_order_with_typed_values(pg, run_yaml, tmp
         "CREATE TABLE customers (email text PRIMARY KEY, name text)",
         "INSERT INTO orders VALUES (3, 'it''s three', 30.25, true, '{\"gift\": [1, 2]}'), "
         "(1, 'one', 10, false, NULL), (5, 'five words here', 12345678901234.5678, NULL, '[]'), "
-        "(2, 'two', 0, true, '{}'), (4, NULL, -1.5, false, 'null')",
+        "(2, 'two', 123456789012345678901234567890123456789.5, true, '{}'), (4, NULL, -1.5, false, 'null')",
         "INSERT INTO customers VALUES ('b@x', 'Bea'), ('a@x', 'Al'), ('c@x', 'Cy')",
     )
     payload = run_yaml(pipeline(url, "orders,customers", slot="snap"))
@@ -127,6 +127,8 @@ def test_snapshot_of_two_tables_in_key_order_with_typed_values(pg, run_yaml, tmp
         "extra": {"gift": [1, 2]},
     }
     assert orders[4]["amount"] == 12345678901234.5678 and orders[4]["item"] == "five words here"
+    # 40 digits: more than Spark keeps in a number, so every digit comes as text.
+    assert orders[1]["amount"] == "123456789012345678901234567890123456789.5"
     assert orders[3]["item"] is None and orders[3]["extra"] is None
     assert after_values(records[5:])[1] == {"email": "b@x", "name": "Bea"}
     assert all(r["payload"]["before"] is None for r in records)

@@ -61,6 +61,22 @@ def test_numbers_keep_their_digits_in_json() -> None:
     assert columns_json(change.new) == '{"n":12345678901234567890.123456789}'
 
 
+def test_numerics_spark_would_round_become_text() -> None:
+    """Spark keeps a JSON number of up to 38 digits, 38 of them after the point, as a decimal."""
+    digits38, digits39 = "1" + "2" * 37, "1" + "2" * 38
+    fraction38 = "0." + "0" * 37 + "1"
+    row = (
+        f"table public.x: INSERT: a[numeric]:{digits38} b[numeric]:{digits39} c[numeric]:-{digits38[:20]}."
+        f"{digits38[20:]} d[numeric]:{fraction38} e[numeric]:{fraction38}5 f[bigint]:-9223372036854775808"
+    )
+    change = parse_row(row)
+    assert isinstance(change, Change) and change.new
+    assert columns_json(change.new) == (
+        f'{{"a":{digits38},"b":"{digits39}","c":-{digits38[:20]}.{digits38[20:]},'
+        f'"d":{fraction38},"e":"{fraction38}5","f":-9223372036854775808}}'
+    )
+
+
 def test_nan_and_infinity_become_text() -> None:
     change = parse_row(
         "table public.x: INSERT: n[numeric]:NaN f[double precision]:-Infinity r[real]:Infinity"

@@ -24,7 +24,8 @@ already read are missed, as with any polling.
 Records: ``.Key`` is the key columns, ``.Payload.After`` the new row, ``.Payload.Before`` the old row
 where PostgreSQL logs it (``REPLICA IDENTITY FULL``, or a changed key; a delete's identity columns),
 metadata ``opencdc.collection`` and ``postgres.table`` the table name as configured. Values are
-converted by type: integers and numerics as JSON numbers (digits kept), booleans, json/jsonb as
+converted by type: integers and numerics as JSON numbers (digits kept; a numeric beyond Spark's 38
+digits as a JSON string), booleans, json/jsonb as
 documents, null; everything else as its PostgreSQL text. Unchanged TOASTed values, which the WAL does not
 carry, are taken from the old row when it is there and left out otherwise. ``TRUNCATE`` is not turned
 into records.

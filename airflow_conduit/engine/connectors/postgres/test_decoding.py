@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -49,7 +50,8 @@ class Column:
     def json(self) -> str:
         """The value as a JSON fragment: integers, numerics and floats as JSON numbers (exactly as
         PostgreSQL printed them, so no precision is lost), booleans, json/jsonb as the document itself,
-        null; anything else (and NaN/Infinity) as a JSON string of its text."""
+        null; anything else (NaN, the infinities, a numeric that Spark cannot keep exactly) as a JSON
+        string of its text."""
         return json_fragment(self.type, self.text)
 
     def value(self) -> Any:
@@ -94,13 +96,26 @@ def json_fragment(type_name: str, text: str | None) -> str:
     if text is None:
         return "null"
     if type_name in _INTEGER_TYPES or type_name in _DECIMAL_TYPES:
-        # NaN and the infinities have no JSON number: keep them as text.
-        return text if _NUMBER.fullmatch(text) else json.dumps(text)
+        # NaN and the infinities have no JSON number: keep them as text. So is a numeric that Spark's
+        # JSON parser would turn into a double (more than 38 digits in all or after the point).
+        exact = _NUMBER.fullmatch(text) and (type_name != "numeric" or _fits_spark_decimal(text))
+        return text if exact else json.dumps(text)
     if type_name == "boolean":
         return "true" if text in ("true", "t") else "false"
     if type_name in _JSON_TYPES:
         return text
     return json.dumps(text, ensure_ascii=False)
+
+
+SPARK_DECIMAL_DIGITS = 38
+"""Spark's largest decimal: the engine parses a record's JSON into ``VARIANT``, which keeps a number
+of at most this many digits (and as many after the point) exactly, and makes a double of any other."""
+
+
+def _fits_spark_decimal(text: str) -> bool:
+    number = Decimal(text).as_tuple()
+    scale = -number.exponent if isinstance(number.exponent, int) and number.exponent < 0 else 0
+    return len(number.digits) <= SPARK_DECIMAL_DIGITS and scale <= SPARK_DECIMAL_DIGITS
 
 
 @lru_cache(maxsize=4096)
