@@ -2,11 +2,12 @@
 
 A batch's offsets in Spark's offset log fix exactly which records it holds (sources are replayable:
 the same range yields the same records; the Postgres source's snapshot pages hold the rows as they are
-now, and a CDC range only until its batch commits and the slot releases it). Each source's own stream reader (``partitions(start, end)``
-and ``read(partition)``) is called here in plain Python, as Spark's Python worker would, so an operator
-can see what a failed or committed batch contained: which record is the poison one, what reached a
-destination. Records are shown as the source read them, before any processor, in OpenCDC JSON form
-(positions and raw data base64, structured data as JSON), as a file destination writes them.
+now, and a CDC range only until its batch commits and the slot releases it). Each source's own stream
+reader (``partitions(start, end)`` and ``read(partition)``) is called here in plain Python, as Spark's
+Python worker would, so an operator can see what a failed or committed batch contained: which record
+is the poison one, what reached a destination. Records are shown as the source read them, before any
+processor, in OpenCDC JSON form (positions and raw data base64, structured data as JSON), as a file
+destination writes them.
 """
 
 from __future__ import annotations
