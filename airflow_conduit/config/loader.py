@@ -115,6 +115,8 @@ class _Validator:
         self.base_dir = base_dir
         self.env = env
         self.issues: list[ConfigIssue] = []
+        # custom.python: each top-level module's ``path`` and where the file first named it.
+        self.python_modules: dict[str, tuple[str | None, str]] = {}
 
     def issue(self, path: str, line: int | None, message: str) -> None:
         self.issues.append(ConfigIssue(self.file, line, path, message))
@@ -424,14 +426,23 @@ class _Validator:
         """``custom.python`` (processor or destination): the function must import as the engine will."""
         if settings is None or plugin != "custom.python":
             return
+        _flat, lines, settings_path, settings_line = raw
+        where, line = _join(settings_path, "function"), lines.get("function", settings_line)
+        # A process imports a module once: the same name from two paths would run the first one's code.
+        module = settings["function"].partition(":")[0].split(".")[0]
+        first_path, first_where = self.python_modules.setdefault(module, (settings["path"], where))
+        if first_path != settings["path"]:
+            self.issue(
+                where,
+                line,
+                f"module {module!r} comes from {settings['path'] or 'the import path'} here but from "
+                f"{first_path or 'the import path'} at {first_where}: one Python process imports a "
+                "module once, so both would run the first one; rename one of the modules",
+            )
+            return
         problem = check_python_function(settings["function"], settings["path"])
         if problem:
-            _flat, lines, settings_path, settings_line = raw
-            self.issue(
-                _join(settings_path, "function"),
-                lines.get("function", settings_line),
-                f"cannot import {settings['function']!r}: {problem}",
-            )
+            self.issue(where, line, f"cannot import {settings['function']!r}: {problem}")
 
     def processor(
         self, node: _LineMap, path: str, line: int, processor_id: str, node_id: str

@@ -411,6 +411,25 @@ def test_custom_python_relative_path_imports(tmp_path: Path) -> None:
     assert sys.path == before
 
 
+def test_custom_python_same_module_from_two_paths(tmp_path: Path) -> None:
+    """One process imports a module once: the second path's module would never run."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "tf_twice.py").write_text(f"def fn(record):\n    return {name!r}\n")
+    step = "      - id: {id}\n        plugin: custom.python\n        settings:\n"
+    step += "          function: tf_twice:fn\n          path: {path}\n"
+    text = pipeline(
+        processors=step.format(id="one", path=tmp_path / "a")
+        + step.format(id="same", path=tmp_path / "a")
+        + step.format(id="other", path=tmp_path / "b")
+    )
+    [found] = issues(text)
+    assert found.field_path == "pipelines[0].processors[2].settings.function"
+    assert found.line == line_of(text, "function:", 3)
+    assert f"module 'tf_twice' comes from {tmp_path / 'b'} here but from {tmp_path / 'a'}" in found.message
+    assert "at pipelines[0].processors[0].settings.function" in found.message
+
+
 def test_missing_required_setting() -> None:
     text = pipeline(
         connectors=(
