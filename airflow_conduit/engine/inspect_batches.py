@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,26 +171,39 @@ def inspect_batch(pipeline: PipelineConfig, state: PipelineState, batch_id: int)
     :raises OffsetLogError: no offset log yet, or the batch is not in it
     :raises ConduitError: a source cannot be read (its server is unreachable, say)
     """
-    log = OffsetLog.of(state)
-    sources = pipeline.sources
-    readers = [stream_reader(s) for s in sources]
+    with _stream_readers(pipeline) as readers:
+        return _inspect(pipeline, state, readers, batch_id)
+
+
+@contextmanager
+def _stream_readers(pipeline: PipelineConfig) -> Iterator[list[Any]]:
+    """One reader per source, shared by the batches inspected (a reader may hold a connection)."""
+    readers = [stream_reader(s) for s in pipeline.sources]
     try:
-        ranges = log.ranges(batch_id, len(sources), lambda i: _initial_offset(readers[i]))
-        records: list[InspectedRecord] = []
-        summaries = []
-        for source, reader, (start, end) in zip(sources, readers, ranges, strict=True):
-            check = getattr(reader, "unreadable", None)
-            reason = check(start, end) if check else None
-            if reason:
-                summaries.append(SourceRange(source.id, source.plugin, start, end, 0, reason))
-                continue
-            acked = frozenset(state.acked_positions(source.id))
-            read = read_range(source, reader, start, end, acked)
-            records += read
-            summaries.append(SourceRange(source.id, source.plugin, start, end, len(read)))
+        yield readers
     finally:
         for reader in readers:
             reader.stop()
+
+
+def _inspect(
+    pipeline: PipelineConfig, state: PipelineState, readers: list[Any], batch_id: int
+) -> InspectedBatch:
+    log = OffsetLog.of(state)
+    sources = pipeline.sources
+    ranges = log.ranges(batch_id, len(sources), lambda i: _initial_offset(readers[i]))
+    records: list[InspectedRecord] = []
+    summaries = []
+    for source, reader, (start, end) in zip(sources, readers, ranges, strict=True):
+        check = getattr(reader, "unreadable", None)
+        reason = check(start, end) if check else None
+        if reason:
+            summaries.append(SourceRange(source.id, source.plugin, start, end, 0, reason))
+            continue
+        acked = frozenset(state.acked_positions(source.id))
+        read = read_range(source, reader, start, end, acked)
+        records += read
+        summaries.append(SourceRange(source.id, source.plugin, start, end, len(read)))
     return InspectedBatch(batch_id, log.is_committed(batch_id), tuple(summaries), tuple(records))
 
 
@@ -214,4 +228,5 @@ def inspect_batches(
             f"batch {missing[0]} is not in the offset log of {log.checkpoint_dir} "
             f"(it holds batches {held[0]}..{held[-1]})"
         )
-    return [inspect_batch(pipeline, state, b) for b in range(first, last + 1)]
+    with _stream_readers(pipeline) as readers:
+        return [_inspect(pipeline, state, readers, b) for b in range(first, last + 1)]

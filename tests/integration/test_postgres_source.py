@@ -314,7 +314,7 @@ def test_inspect_reads_snapshot_pages_and_uncommitted_changes(pg, run_yaml, tmp_
     """``inspect`` on a Postgres source: the poison change of the batch that stopped the pipeline comes
     from the slot, which inspect neither advances nor creates; a committed batch's changes are gone."""
     from airflow_conduit.config import load_pipeline_text
-    from airflow_conduit.engine.inspect_batches import inspect_batch
+    from airflow_conduit.engine.inspect_batches import inspect_batch, inspect_batches
     from airflow_conduit.offsets import OffsetLog
     from airflow_conduit.state import PipelineState
 
@@ -330,7 +330,11 @@ def test_inspect_reads_snapshot_pages_and_uncommitted_changes(pg, run_yaml, tmp_
     def inspected(yaml_text: str) -> list:
         config = load_pipeline_text(yaml_text.replace("{tmp}", str(tmp_path)), "p.yaml").pipelines[0]
         state = PipelineState(tmp_path / "state", "pg-source")
-        return [inspect_batch(config, state, b) for b in OffsetLog.of(state).batch_ids()]
+        ids = OffsetLog.of(state).batch_ids()
+        one_by_one = [inspect_batch(config, state, b) for b in ids]
+        # A range shares one reader (one connection) across its batches, with the same answers.
+        assert inspect_batches(config, state, ids[0], ids[-1]) == one_by_one
+        return one_by_one
 
     confirmed = slot_confirmed(pg, "insp")
     batches = inspected(text)
