@@ -154,9 +154,18 @@ class BatchProcessor:
         self.counters = RunCounters()
         self.context = BatchContext(pipeline.id, -1, ())
 
-    def delivery(self, destination_id: str, batch_id: int) -> Delivery:
+    def delivery(self, destination_id: str, batch_id: int, *, nacks_allowed: bool = False) -> Delivery:
+        """``nacks_allowed``: the write may nack records (a destination, not the DLQ), so tell it when
+        the DLQ window takes none."""
+        dlq = self.pipeline.dlq
+        first_nack_fatal = nacks_allowed and dlq.window_size > 0 and dlq.window_nack_threshold == 0
         return Delivery(
-            self.pipeline.id, destination_id, batch_id, self.generation, self.context.hash_for(destination_id)
+            self.pipeline.id,
+            destination_id,
+            batch_id,
+            self.generation,
+            self.context.hash_for(destination_id),
+            nack_limit=0 if first_nack_fatal else None,
         )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
@@ -231,7 +240,7 @@ class BatchProcessor:
     def _stage(self, write: _DestinationWrite, batch_id: int) -> None:
         """Stage a destination's records, unless it already holds this delivery (a replayed batch)."""
         destination = write.destination
-        delivery = self.delivery(destination.id, batch_id)
+        delivery = self.delivery(destination.id, batch_id, nacks_allowed=True)
         with self._as_destination(destination.node_id), _timed(write):
             if DELIVERED[destination.plugin](destination.settings, delivery):
                 write.skipped = True

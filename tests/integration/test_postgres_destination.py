@@ -388,6 +388,35 @@ def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db, key, ca
     assert destination.delivered(settings, delivery("hp"))
 
 
+@pytest.mark.parametrize("nack_limit", [None, 0, 2], ids=["unlimited", "first-nack-fatal", "two"])
+def test_the_search_for_refused_records_stops_past_the_nack_limit(spark, pg, db, nack_limit, caplog):
+    """A DLQ window that takes no nack makes the first refused record fatal: the bisection stops there
+    instead of searching the whole batch. The records it found are the earliest, as the window counts."""
+    rows(
+        pg,
+        db,
+        f"CREATE TABLE pay (id int PRIMARY KEY, amount int CHECK (amount >= 0)); ALTER TABLE pay OWNER TO {APP_USER}",
+    )
+    poison = [3, 17, 25, 33]
+    records = [record(after={"id": i, "amount": -1 if i in poison else i}) for i in range(40)]
+    dlv = Delivery("p", "out", 0, "gen", "hl", nack_limit=nack_limit)
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        staged = destination.stage(frame(spark, records), {"url": db, "table": "pay"}, dlv)
+    try:
+        found = poison if nack_limit is None else poison[: nack_limit + 1]
+        assert [seq for seq, _ in staged.nacks] == [i * 10 for i in found]
+        assert all("check constraint" in message for _, message in staged.nacks)
+        assert ("stopped looking after" in caplog.text) == (nack_limit is not None)
+        # The parts are found through an index on the staging table's seq (not a scan of the batch each).
+        indexes = staged.conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = %s", (destination.STAGING_TABLE,)
+        ).fetchall()
+        assert [i for (i,) in indexes if "(seq)" in i], indexes
+    finally:
+        staged.discard()
+    assert rows(pg, db, "SELECT count(*) FROM pay") == [(0,)]
+
+
 def test_too_long_key_is_refused_not_cut(spark, pg, db):
     rows(pg, db, f"CREATE TABLE c (code varchar(3) PRIMARY KEY, v int); ALTER TABLE c OWNER TO {APP_USER}")
     settings = {"url": db, "table": "c", "key": "code"}
@@ -603,3 +632,30 @@ def test_pipeline_end_to_end_poison_records_go_to_the_dlq(pg, db, run_yaml, tmp_
     assert payload["records"]["dlq"] == nacked
     assert payload["records"]["written"] == {"pg-e2e:db": 300 - nacked}
     assert all("check constraint" in error for error in payload["dlq"]["errors"])
+
+
+def test_pipeline_end_to_end_first_refused_record_is_fatal_by_default(pg, db, run_yaml, tmp_path, caplog):
+    """Conduit's default DLQ window takes no nack: the first record PostgreSQL refuses stops the
+    pipeline, and nothing of its batch is written. The destination stops searching there, and the
+    record it blames is the one a run that takes every nack sends to the DLQ first."""
+    rows(
+        pg,
+        db,
+        "CREATE TABLE orders (id int PRIMARY KEY, name text, amount int CHECK (amount < 900000)); "
+        f"ALTER TABLE orders OWNER TO {APP_USER}",
+    )
+    text = PIPELINE.replace("{url}", db).replace("{key}", "id")
+    with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
+        payload = run_yaml(text, state_dir=tmp_path / "fatal")
+    assert payload["exit_code"] == 1, payload
+    assert payload["error"]["code"] == "dlq_threshold_exceeded"
+    assert "check constraint" in payload["error"]["message"]
+    assert "stopped looking after 1 refused records" in caplog.text
+    assert rows(pg, db, "SELECT count(*) FROM orders") == [(0,)]
+
+    taking_all = text + "    dead-letter-queue:\n      plugin: builtin:log\n      window-size: 0\n"
+    every_nack = run_yaml(taking_all, state_dir=tmp_path / "all")
+    assert every_nack["exit_code"] == 0, every_nack
+    assert every_nack["records"]["nacked"] > 1
+    first = every_nack["dlq"]["first_position"]
+    assert f"at record position {first}," in payload["error"]["message"]

@@ -37,6 +37,10 @@ class Delivery:
     """The delivery hash: pipeline id, destination id and the batch's source offsets from Spark's offset
     log, hashed (:mod:`airflow_conduit.engine.delivery`). The same on every replay of the batch: a
     destination that stores it with its data can tell that it already holds a replayed batch."""
+    nack_limit: int | None = None
+    """The most records this write may nack: one more stops the pipeline whatever the rest of the batch
+    holds (a DLQ window with threshold 0 takes no nack). A destination that searches for the records it
+    refuses may stop there. None: no such limit."""
 
 
 def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, str]:

@@ -19,8 +19,10 @@ Protocol, per batch and destination:
    without ``key`` plain inserts in source order.
 4. A data error in the set-wise apply (SQLSTATE class 22/23, e.g. a CHECK or NOT NULL violation) rolls
    back to a savepoint and applies the batch again in halves of its seq range, each under its own
-   savepoint, down to single records (Transporter's resume phase, bisected): the records PostgreSQL
-   refuses come back as ``nacks`` for the DLQ, everything else is applied in source order.
+   savepoint, down to single records (Transporter's resume phase, bisected, each half found through an
+   index on the staging table's ``seq``): the records PostgreSQL refuses come back as ``nacks`` for the
+   DLQ, everything else is applied in source order. When the DLQ window takes no nack (Conduit's
+   default), the first refused record stops the pipeline, so the search stops there.
 5. The same transaction stores the batch's delivery hash in the marker row. It stays open: ``publish``
    commits it, ``discard`` rolls it back.
 
@@ -346,11 +348,28 @@ def _write(
         return [], 0, NOTHING
     if received.copied is not None:
         return received.refused(), received.copied, COPIED
-    return _apply(conn, url, layout, key, received.table(), staged=not direct, copy=not received.refused_by)
+    return _apply(
+        conn,
+        url,
+        layout,
+        key,
+        received.table(),
+        staged=not direct,
+        copy=not received.refused_by,
+        nack_limit=delivery.nack_limit,
+    )
 
 
 def _apply(
-    conn: Any, url: str, layout: Layout, key: str, rows: pa.Table, *, staged: bool, copy: bool
+    conn: Any,
+    url: str,
+    layout: Layout,
+    key: str,
+    rows: pa.Table,
+    *,
+    staged: bool,
+    copy: bool,
+    nack_limit: int | None = None,
 ) -> tuple[list[tuple[int, str]], int, str]:
     """Apply the whole batch: straight into the table when ``copy`` allows and it holds only inserts into
     one table, else from the staging table (filled first unless ``staged``)."""
@@ -367,7 +386,7 @@ def _apply(
             return _refused_in_spark(rows), applicable.num_rows, COPIED
     if not staged:
         _copy_into_staging(cur, layout, iter(rows.to_batches()))
-    return (*apply_batch(conn, url, STAGING_TABLE, layout, key, tables), APPLIED)
+    return (*apply_batch(conn, url, STAGING_TABLE, layout, key, tables, nack_limit), APPLIED)
 
 
 def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:

@@ -4,11 +4,16 @@ temporary table, written to their target tables with one statement per table and
 Without ``key``, inserts in source order. With ``key``, the net effect per key (its last operation in the
 batch): deletes with ``DELETE ... USING``, the rest as ``INSERT ... ON CONFLICT (key) DO UPDATE``. A data
 error (SQLSTATE class 22/23) rolls back to a savepoint and the batch is applied again in halves of its seq
-range, down to the single records PostgreSQL refuses (Transporter's resume phase, bisected).
+range, down to the single records PostgreSQL refuses (Transporter's resume phase, bisected). The halves
+are found through an index on the staging table's ``seq`` built at that moment, and the search ends early
+once the batch holds more refused records than the DLQ window can take (the batch then stops the
+pipeline anyway).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +23,8 @@ from airflow_conduit.engine.connectors.postgres._common import is_data_error, re
 from airflow_conduit.engine.connectors.postgres.staging import Layout, summaries
 from airflow_conduit.errors import Code, FatalError, TransientError
 from airflow_conduit.record import META_COLLECTION
+
+logger = logging.getLogger("airflow_conduit.destination.postgres")
 
 # --- target tables -------------------------------------------------------------------------------
 
@@ -229,15 +236,27 @@ def _apply_range(
     return affected
 
 
+class _EnoughNacks(Exception):
+    """More records refused than the batch may nack: looking for the rest is pointless."""
+
+
 class _Applier:
     """Applies the staged batch in bulk; on a data error bisects the seq range down to the records
-    PostgreSQL refuses, applying everything else in source order."""
+    PostgreSQL refuses, applying everything else in source order.
 
-    def __init__(self, cur: Any, url: str, staging: str, layout: Layout, key: str) -> None:
+    ``nack_limit``: the most refused records the batch may have (None: any number). Past it the search
+    stops; the nacks found so far are the earliest in source order, which is what decides the DLQ window.
+    """
+
+    def __init__(
+        self, cur: Any, url: str, staging: str, layout: Layout, key: str, nack_limit: int | None = None
+    ) -> None:
         self.cur, self.url, self.staging, self.layout, self.key = cur, url, staging, layout, key
+        self.nack_limit = nack_limit
         self.targets: list[tuple[Target, TableBatch]] = []
         self.nacks: list[tuple[int, str]] = []
         self.applied = 0
+        self.statements = 0
 
     def _apply(self, lo: int, hi: int) -> None:
         for target, batch in self.targets:
@@ -248,6 +267,7 @@ class _Applier:
         import psycopg
 
         cur, applied = self.cur, self.applied
+        self.statements += 1
         cur.execute("SAVEPOINT conduit_apply")
         try:
             self._apply(lo, hi)
@@ -264,17 +284,45 @@ class _Applier:
     def run(self) -> None:
         from psycopg import sql
 
-        if self._try(*_ALL) is None:
+        error = self._try(*_ALL)
+        if error is None:
             return  # the common case: one statement per table and operation kind
+        started = time.perf_counter()
+        logger.info(
+            "postgres: the batch was refused in bulk (%s); applying it in parts to find the refused records",
+            self._message(error).removeprefix("postgres: "),
+        )
+        stage = sql.Identifier(self.staging)
+        # Each part selects a seq range: without an index every part would scan the whole batch.
+        self.cur.execute(sql.SQL("CREATE INDEX ON {} (seq)").format(stage))
+        self.cur.execute(sql.SQL("ANALYZE {}").format(stage))
         seqs = [
             row[0]
             for row in self.cur.execute(
-                sql.SQL("SELECT DISTINCT seq FROM {} WHERE err IS NULL ORDER BY seq").format(
-                    sql.Identifier(self.staging)
-                )
+                sql.SQL("SELECT DISTINCT seq FROM {} WHERE err IS NULL ORDER BY seq").format(stage)
             ).fetchall()
         ]
-        self._bisect(seqs, 0, len(seqs))
+        try:
+            self._bisect(seqs, 0, len(seqs))
+        except _EnoughNacks:
+            logger.info(
+                "postgres: stopped looking after %d refused records (%.2f s): the batch may nack at "
+                "most %d, so it stops the pipeline",
+                len(self.nacks),
+                time.perf_counter() - started,
+                self.nack_limit,
+            )
+            return
+        logger.info(
+            "postgres: %d records refused, the rest applied, in %d statements and %.2f s",
+            len(self.nacks),
+            self.statements,
+            time.perf_counter() - started,
+        )
+
+    def _message(self, error: BaseException) -> str:
+        message = getattr(getattr(error, "diag", None), "message_primary", None) or str(error).splitlines()[0]
+        return f"postgres: {redact(message, self.url)}"
 
     def _bisect(self, seqs: list[int], first: int, last: int) -> None:
         lo = seqs[first]
@@ -283,8 +331,9 @@ class _Applier:
         if error is None:
             return
         if last - first == 1:
-            message = getattr(error.diag, "message_primary", None) or str(error).splitlines()[0]
-            self.nacks.append((lo, f"postgres: {redact(message, self.url)}"))
+            self.nacks.append((lo, self._message(error)))
+            if self.nack_limit is not None and len(self.nacks) > self.nack_limit:
+                raise _EnoughNacks
             return
         middle = (first + last) // 2
         self._bisect(seqs, first, middle)
@@ -292,16 +341,23 @@ class _Applier:
 
 
 def apply_batch(
-    conn: Any, url: str, staging: str, layout: Layout, key: str, tables: dict[str, TableBatch]
+    conn: Any,
+    url: str,
+    staging: str,
+    layout: Layout,
+    key: str,
+    tables: dict[str, TableBatch],
+    nack_limit: int | None = None,
 ) -> tuple[list[tuple[int, str]], int]:
-    """Apply the staging table inside the open transaction; ``(nacks, rows affected)``."""
+    """Apply the staging table inside the open transaction; ``(nacks, rows affected)``. With
+    ``nack_limit``, the search for refused records stops past that many (see :class:`_Applier`)."""
     from psycopg import sql
 
     cur = conn.cursor()
     # The apply sorts the batch (source order, last operation per key): keep the sort in memory.
     cur.execute("SET LOCAL work_mem = '64MB'")
     stage = sql.Identifier(staging)
-    applier = _Applier(cur, url, staging, layout, key)
+    applier = _Applier(cur, url, staging, layout, key, nack_limit)
     for name in sorted(tables):
         target = read_target(cur, name, key)
         batch = tables[name]
