@@ -34,7 +34,7 @@ from pgcluster import APP_PASSWORD, APP_USER, start_cluster  # noqa: E402
 
 from airflow_conduit.engine.connectors._stream import Delivery  # noqa: E402
 from airflow_conduit.engine.connectors.postgres import destination, staging  # noqa: E402
-from airflow_conduit.engine.session import ensure_python_workers  # noqa: E402
+from airflow_conduit.engine.session import driver_java_options, ensure_python_workers  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 TABLE_DDL = "CREATE TABLE {name} (id bigint PRIMARY KEY, name text, amount int, city text, paid boolean, score double precision)"
@@ -47,6 +47,7 @@ def session():
     return (
         SparkSession.builder.master("local[2]")
         .appName("bench-postgres")
+        .config("spark.driver.extraJavaOptions", driver_java_options())  # the JVM the engine runs in
         .config("spark.jars", JDBC_JAR)
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
@@ -71,7 +72,8 @@ def main() -> None:
     try:
         url = cluster.create_database("bench")
         for name in ("t_conduit", "t_conduit_key", "t_conduit_upd", "t_jdbc", "t_jdbc2"):
-            cluster.execute(TABLE_DDL.format(name=name), "bench")
+            # Autovacuum off: it would clean up after one job while the next is timed.
+            cluster.execute(TABLE_DDL.format(name=name) + " WITH (autovacuum_enabled = false)", "bench")
             cluster.execute(f"ALTER TABLE {name} OWNER TO {APP_USER}", "bench")
         # The same rows for both, cached: plain columns for JDBC, the engine's record form (VARIANT) for
         # the destination. Each micro-batch is a frame of its own with 4 partitions, as the engine hands
@@ -171,6 +173,7 @@ def main() -> None:
                         f"FROM generate_series(0, {args.records - 1}) g",
                         "bench",
                     )
+                cluster.execute("CHECKPOINT")  # the previous job's pages written out before this one starts
                 started = time.perf_counter()
                 run()
                 if round_:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
+
 DEFAULT_MASTER = "local[*]"
 
 
@@ -27,8 +29,7 @@ def get_session(master: str | None = None, app_name: str = "airflow-conduit") ->
         builder = builder.master(master)
     elif not under_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
-    log_config = Path(__file__).with_name("log4j2.properties")
-    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
+    builder = builder.config("spark.driver.extraJavaOptions", driver_java_options())
     cores = os.cpu_count() or 2
     spark = (
         builder.config("spark.sql.shuffle.partitions", str(max(2, cores)))
@@ -42,6 +43,12 @@ def get_session(master: str | None = None, app_name: str = "airflow-conduit") ->
     )
     spark.sparkContext.setLogLevel(os.environ.get("CONDUIT_SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def driver_java_options() -> str:
+    """The JVM options of a driver the engine starts itself (under spark-submit, the submitter's own)."""
+    log_config = Path(__file__).with_name("log4j2.properties")
+    return f"-Dlog4j2.configurationFile=file:{log_config} {DRIVER_GC_OPTIONS}"
 
 
 def under_spark_submit() -> bool:

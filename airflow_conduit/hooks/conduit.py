@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowException
 
 import airflow_conduit
 from airflow_conduit import dlq_tools
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, EXIT_TRANSIENT, Code
 from airflow_conduit.recovery.runner import Outcome, classify
 from airflow_conduit.state import PipelineState
@@ -122,7 +123,8 @@ class ConduitHook(BaseHook):
     another machine), else synthesised from the exit code.
 
     :param spark_conn_id: the Spark connection (type ``spark``); default ``spark_default``
-    :param conf: Spark configuration properties for ``--conf``
+    :param conf: Spark configuration properties for ``--conf``; ``spark.driver.extraJavaOptions``
+        defaults to the engine's GC setting (:data:`~airflow_conduit.engine.jvm.DRIVER_GC_OPTIONS`)
     :param env_vars: extra environment of the job (e.g. for ``${VAR}`` in the pipeline file)
     :param python: the Python of the driver and the executors (default: this interpreter)
     :param name: the Spark application name (default ``conduit-PIPELINE_ID``)
@@ -200,8 +202,10 @@ class ConduitHook(BaseHook):
     def get_spark_submit_hook(self, application_args: list[str], *, name: str) -> SparkSubmitHook:
         """A ``SparkSubmitHook`` for one submission."""
         kwargs = dict(self.spark_submit_kwargs)
+        # The engine's GC setting (see airflow_conduit.engine.jvm), unless the submission sets its own.
+        conf = {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **self.conf}
         return _ConduitSparkSubmitHook(
-            conf=self.conf,
+            conf=conf,
             conn_id=self.spark_conn_id,
             name=name,
             application_args=application_args,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import HERE, SPARK_CONN
 
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
 from airflow_conduit.hooks.conduit import ConduitHook, engine_application, parse_payload_line
 from airflow_conduit.state import PipelineState
 
@@ -60,6 +61,14 @@ def test_application_args():
 
 def test_engine_application_is_job_py():
     assert engine_application().endswith("airflow_conduit/engine/job.py")
+
+
+def test_submission_carries_the_engine_gc_setting_unless_conf_sets_its_own(hook):
+    conf = hook.get_spark_submit_hook([], name="n")._conf
+    assert conf["spark.driver.extraJavaOptions"] == DRIVER_GC_OPTIONS
+    own = ConduitHook(application=FAKE, conf={"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b"})
+    conf = own.get_spark_submit_hook([], name="n")._conf
+    assert conf == {"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b"}
 
 
 def test_job_env_sets_pyspark_python(hook):
