@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine import dlq
 from airflow_conduit.engine.connectors import DELIVERED, DESTINATIONS, Delivery, Staged, jsonl_files, nacks_of
-from airflow_conduit.engine.delivery import BatchContext, source_offsets
+from airflow_conduit.engine.delivery import BatchContext, batch_timestamp_ms, source_offsets
+from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
@@ -172,9 +173,8 @@ class BatchProcessor:
         offsets = source_offsets(self.state.checkpoint_dir, batch_id)
         self.context = BatchContext(self.pipeline.id, batch_id, tuple(offsets))
         destinations = self.pipeline.destinations
-        records = apply_all(
-            batch.withColumn("_seq", F.monotonically_increasing_id()), self.pipeline.processors, self.context
-        )
+        read_at_ns = batch_timestamp_ms(self.state.checkpoint_dir, batch_id) * 1_000_000
+        records = batch_records(batch, self.pipeline, self.context, read_at_ns)
         cached: list[DataFrame] = []
         if len(destinations) > 1 or any(d.processors for d in destinations):
             records = records.persist()  # read by several writes: compute it once

@@ -23,11 +23,21 @@ def source_offsets(checkpoint_dir: str | Path, batch_id: int) -> list[str]:
     The log file is ``v1``, a metadata line (its timestamps are fixed at the first attempt, but it also
     holds Spark's configuration, which is not part of the batch), then one line per source.
     """
+    return [_canonical(line) for line in _log_entry(checkpoint_dir, batch_id)[2:]]
+
+
+def batch_timestamp_ms(checkpoint_dir: str | Path, batch_id: int) -> int:
+    """The micro-batch's time as Spark fixed it in the offset log at the first attempt: a replay of
+    the batch has the same time."""
+    return int(json.loads(_log_entry(checkpoint_dir, batch_id)[1])["batchTimestampMs"])
+
+
+def _log_entry(checkpoint_dir: str | Path, batch_id: int) -> list[str]:
     path = Path(checkpoint_dir) / "offsets" / str(batch_id)
     lines = path.read_text().splitlines()
-    if not lines or not lines[0].startswith("v"):
+    if len(lines) < 2 or not lines[0].startswith("v"):
         raise ValueError(f"{path}: not a Spark offset log entry")
-    return [_canonical(line) for line in lines[2:]]
+    return lines
 
 
 def _canonical(offset: str) -> str:

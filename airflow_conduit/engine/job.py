@@ -18,22 +18,12 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from airflow_conduit.config.fieldref import sql_string
-from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
+from airflow_conduit.config.model import PipelineConfig
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
-from airflow_conduit.engine.connectors import SOURCES, SourceContext
+from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.metrics import PipelineMetrics
-from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
-from airflow_conduit.record import (
-    DATA_FIELDS,
-    META_READ_AT,
-    META_SOURCE_CONNECTOR,
-    SOURCE_DEFAULTS,
-    SOURCE_TYPES,
-    STATE_OPEN,
-)
 from airflow_conduit.state import PipelineState, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
@@ -50,51 +40,6 @@ class RunOptions:
     """After a stop request, how long the batch in flight may take before the stop is forceful."""
     trigger_interval: str = DEFAULT_TRIGGER_INTERVAL
     """In continuous mode, the least time between micro-batch starts."""
-
-
-def _source_column(name: str, given: set[str]) -> str:
-    """A source column as the source gave it, or its default (a NULL JSON column parses to a constant)."""
-    if name in given:
-        return name
-    default = sql_string(SOURCE_DEFAULTS[name]) if name in SOURCE_DEFAULTS else "NULL"
-    return f"CAST({default} AS {SOURCE_TYPES[name]}) AS {name}"
-
-
-def source_records(
-    spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState
-) -> DataFrame:
-    """One source's stream as records: structured values parsed, standard metadata, internal columns,
-    and the source's own processors applied (before the fan-in)."""
-    parallelism = spark.sparkContext.defaultParallelism
-    ctx = SourceContext(source.id, source.node_id, str(state.stop_file), parallelism)
-    raw = SOURCES[source.plugin](spark, dict(source.settings), ctx)
-    acked = state.acked_positions(source.id)
-    if acked:
-        # Poison records acknowledged by `airflow-conduit ack`: skipped, never processed nor written;
-        # the batch commits past them, so the source counts them as acked.
-        listed = ", ".join(f"X'{p.hex()}'" for p in sorted(acked))
-        raw = raw.filter(f"coalesce(NOT (position IN ({listed})), true)")
-    raw_columns = set(raw.columns)
-    raw = raw.selectExpr(*(_source_column(name, raw_columns) for name in SOURCE_TYPES))
-    standard = (
-        f"map('{META_READ_AT}', cast(unix_micros(current_timestamp()) * 1000 as string), "
-        f"'{META_SOURCE_CONNECTOR}', {sql_string(source.node_id)})"
-    )
-    # Without source metadata the map is a constant (map_concat builds a new map for every record).
-    source_metadata = "coalesce(metadata, cast(map() as map<string,string>))"
-    metadata = f"map_concat({source_metadata}, {standard})" if "metadata" in raw_columns else standard
-    columns = ["position", "operation", f"{metadata} AS metadata"]
-    for name in DATA_FIELDS:
-        columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]
-    records = raw.selectExpr(
-        *columns,
-        f"CAST({index} AS INT) AS _src",
-        "CAST(NULL AS BIGINT) AS _seq",  # numbered after the fan-in, in the micro-batch
-        f"'{STATE_OPEN}' AS _state",
-        "CAST(NULL AS STRING) AS _error",
-        "CAST(NULL AS STRING) AS _node",
-    )
-    return apply_all(records, source.processors)
 
 
 class PipelineRun:
@@ -132,7 +77,7 @@ class PipelineRun:
         state.clear_stop_request()
         state.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
         ship_function_paths(self.spark, self.pipeline, state.root / "python")
-        streams = [source_records(self.spark, i, s, state) for i, s in enumerate(self.pipeline.sources)]
+        streams = [source_stream(self.spark, i, s, state) for i, s in enumerate(self.pipeline.sources)]
         union = reduce(DataFrame.unionByName, streams)
         writer = (
             union.writeStream.queryName(f"conduit-{self.pipeline.id}")

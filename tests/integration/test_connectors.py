@@ -18,6 +18,8 @@ import pytest
 from airflow_conduit.config import load_pipeline_file, load_pipeline_text
 from airflow_conduit.config.settings import PLUGINS, GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
+from airflow_conduit.engine.delivery import batch_timestamp_ms
+from airflow_conduit.state import PipelineState
 from tests.conftest import REPO, read_jsonl, text
 
 
@@ -271,8 +273,14 @@ pipelines:
 
     # Files in name order hold the records in delivery order.
     keys = []
+    checkpoint = PipelineState(tmp_path / "state", "p").checkpoint_dir
     for name in data_files:
-        keys += [key_of(json.loads(line)) for line in (out_dir / name).read_text().splitlines()]
+        records = [json.loads(line) for line in (out_dir / name).read_text().splitlines()]
+        keys += [key_of(record) for record in records]
+        # readAt is the micro-batch's time in Spark's offset log (the same on a replay of the batch).
+        batch = int(name.split("-")[1])
+        read_at = str(batch_timestamp_ms(checkpoint, batch) * 1_000_000)
+        assert {r["metadata"]["opencdc.readAt"] for r in records} == {read_at}
     assert keys == list(range(25))
 
     spec = spec_of(settings)

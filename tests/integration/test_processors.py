@@ -561,7 +561,15 @@ pipelines:
         settings: {gen(first)}
         processors:
           - {{id: tag-source, plugin: field.set, settings: {{field: .Metadata.stage, value: from-g1}}}}
-      - {{id: g2, type: source, plugin: builtin:generator, settings: {gen(second)}}}
+      - id: g2
+        type: source
+        plugin: builtin:generator
+        settings: {gen(second)}
+        processors:
+          - id: tag-orders
+            plugin: field.set
+            condition: .Metadata["opencdc.collection"] = 'orders'
+            settings: {{field: .Metadata.g2, value: order}}
       - id: refunds-hidden
         type: destination
         plugin: builtin:file
@@ -587,6 +595,9 @@ pipelines:
         # The source-level processor ran on g1's records only, before the fan-in.
         from_g1 = record["metadata"]["conduit.source.connector.id"] == "p:g1"
         assert record["metadata"].get("stage") == ("from-g1" if from_g1 else None)
+        # g2's processor: its own records only, and of those the ones its condition picks.
+        g2_order = not from_g1 and record["metadata"]["opencdc.collection"] == "orders"
+        assert record["metadata"].get("g2") == ("order" if g2_order else None)
     # The destination-level processors changed only what that destination got.
     assert {r["metadata"].get("dest") for r in d1} == {"d1"}
     assert {r["metadata"].get("dest") for r in d2} == {None}
