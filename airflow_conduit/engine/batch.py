@@ -23,7 +23,8 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine import dlq
-from airflow_conduit.engine.connectors import DELIVERED, DESTINATIONS, Delivery, Staged, jsonl_files, nacks_of
+from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
+from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS
 from airflow_conduit.engine.delivery import BatchContext, batch_timestamp_ms, source_offsets
 from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.processors import apply_all

@@ -17,7 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.fieldref import sql_string
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
-from airflow_conduit.engine.connectors import SOURCES, SourceContext
+from airflow_conduit.engine.connectors import SourceContext
+from airflow_conduit.engine.connectors.registry import SOURCES
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.record import (
