@@ -25,7 +25,7 @@ from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.engine import dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
 from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS
-from airflow_conduit.engine.delivery import BatchContext, batch_timestamp_ms, source_offsets
+from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
@@ -171,11 +171,10 @@ class BatchProcessor:
         )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
-        offsets = source_offsets(self.state.checkpoint_dir, batch_id)
-        self.context = BatchContext(self.pipeline.id, batch_id, tuple(offsets))
+        logged = logged_batch(self.state.checkpoint_dir, batch_id)
+        self.context = BatchContext(self.pipeline.id, batch_id, tuple(logged.offsets))
         destinations = self.pipeline.destinations
-        read_at_ns = batch_timestamp_ms(self.state.checkpoint_dir, batch_id) * 1_000_000
-        records = batch_records(batch, self.pipeline, self.context, read_at_ns)
+        records = batch_records(batch, self.pipeline, self.context, logged.timestamp_ms * 1_000_000)
         cached: list[DataFrame] = []
         if len(destinations) > 1 or any(d.processors for d in destinations):
             records = records.persist()  # read by several writes: compute it once

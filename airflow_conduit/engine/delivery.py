@@ -17,27 +17,32 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-def source_offsets(checkpoint_dir: str | Path, batch_id: int) -> list[str]:
-    """The source offsets of ``batch_id`` as Spark's offset log holds them, one JSON text per source.
+@dataclass(frozen=True)
+class LoggedBatch:
+    """What Spark's offset log holds for one micro-batch, read once per batch.
 
     The log file is ``v1``, a metadata line (its timestamps are fixed at the first attempt, but it also
     holds Spark's configuration, which is not part of the batch), then one line per source.
     """
-    return [_canonical(line) for line in _log_entry(checkpoint_dir, batch_id)[2:]]
+
+    offsets: list[str]
+    """The source offsets, one canonical JSON text per source."""
+    timestamp_ms: int
+    """The micro-batch's time (``batchTimestampMs``): a replay of the batch has the same time."""
 
 
-def batch_timestamp_ms(checkpoint_dir: str | Path, batch_id: int) -> int:
-    """The micro-batch's time as Spark fixed it in the offset log at the first attempt: a replay of
-    the batch has the same time."""
-    return int(json.loads(_log_entry(checkpoint_dir, batch_id)[1])["batchTimestampMs"])
-
-
-def _log_entry(checkpoint_dir: str | Path, batch_id: int) -> list[str]:
+def logged_batch(checkpoint_dir: str | Path, batch_id: int) -> LoggedBatch:
     path = Path(checkpoint_dir) / "offsets" / str(batch_id)
     lines = path.read_text().splitlines()
     if len(lines) < 2 or not lines[0].startswith("v"):
         raise ValueError(f"{path}: not a Spark offset log entry")
-    return lines
+    offsets = [_canonical(line) for line in lines[2:]]
+    return LoggedBatch(offsets, int(json.loads(lines[1])["batchTimestampMs"]))
+
+
+def source_offsets(checkpoint_dir: str | Path, batch_id: int) -> list[str]:
+    """The source offsets of ``batch_id`` as Spark's offset log holds them (:class:`LoggedBatch`)."""
+    return logged_batch(checkpoint_dir, batch_id).offsets
 
 
 def _canonical(offset: str) -> str:

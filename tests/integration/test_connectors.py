@@ -18,7 +18,7 @@ import pytest
 from airflow_conduit.config import load_pipeline_file, load_pipeline_text
 from airflow_conduit.config.settings import PLUGINS, GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
-from airflow_conduit.engine.delivery import batch_timestamp_ms
+from airflow_conduit.engine.delivery import logged_batch
 from airflow_conduit.state import PipelineState
 from tests.conftest import REPO, read_jsonl, text
 
@@ -279,7 +279,7 @@ pipelines:
         keys += [key_of(record) for record in records]
         # readAt is the micro-batch's time in Spark's offset log (the same on a replay of the batch).
         batch = int(name.split("-")[1])
-        read_at = str(batch_timestamp_ms(checkpoint, batch) * 1_000_000)
+        read_at = str(logged_batch(checkpoint, batch).timestamp_ms * 1_000_000)
         assert {r["metadata"]["opencdc.readAt"] for r in records} == {read_at}
     assert keys == list(range(25))
 
