@@ -37,6 +37,8 @@ pipelines:
       - {{id: tag, plugin: field.set, settings: {{field: .Payload.After.env, value: prod}}}}
 {extra}
 """
+DATA_SCHEMA = "id long, kind string, amount double, sku string"
+"""What the bare jobs are told the lines hold (the pipeline is told nothing)."""
 PASS_THROUGH = """      - id: py
         plugin: custom.python
         settings: {function: "passthrough:identity", path: "%s"}
@@ -66,7 +68,7 @@ def bare_spark(spark, source: Path, target: Path) -> float:
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
-    frame = spark.read.schema("id long, kind string, amount double, sku string").json(str(source))
+    frame = spark.read.schema(DATA_SCHEMA).json(str(source))
     frame.withColumn("env", F.lit("prod")).write.mode("overwrite").json(str(target))
     return time.perf_counter() - started
 
@@ -77,7 +79,7 @@ def bare_spark_opencdc(spark, source: Path, target: Path) -> float:
     job, and keeps none of the pipeline's guarantees; its positions are row ids, not byte offsets. So it
     bounds from above what any engine can reach while it writes OpenCDC."""
     started = time.perf_counter()
-    frame = spark.read.schema("id long, kind string, amount double, sku string").json(str(source))
+    frame = spark.read.schema(DATA_SCHEMA).json(str(source))
     envelope = (
         "to_json(named_struct("
         f"'position', base64(cast(concat('{source.name}:', monotonically_increasing_id()) as binary)), "
@@ -109,7 +111,7 @@ def bare_spark_python(spark, source: Path, target: Path, function_dir: Path) -> 
             )
 
     started = time.perf_counter()
-    frame = spark.read.schema("id long, kind string, amount double, sku string").json(str(source))
+    frame = spark.read.schema(DATA_SCHEMA).json(str(source))
     with_env = frame.withColumn("env", F.lit("prod"))
     with_env.mapInArrow(each_row, with_env.schema).write.mode("overwrite").json(str(target))
     return time.perf_counter() - started
