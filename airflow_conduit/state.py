@@ -11,6 +11,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     exit.json       the exit payload of the last run
     dlq/            the DLQ records of every run, OpenCDC JSON lines (the queryable DLQ store)
     window.json     the DLQ nack window, carried across batches and runs
+    decisions/      a decided micro-batch until every output published it (engine/decisions.py)
     stop            present while a graceful stop is requested
     acked.jsonl     positions acknowledged by ``airflow-conduit ack``: the engine skips those records
 """
@@ -90,6 +91,10 @@ class PipelineState:
     @property
     def dlq_dir(self) -> Path:
         return self.root / "dlq"
+
+    @property
+    def decisions_dir(self) -> Path:
+        return self.root / "decisions"
 
     @property
     def window_file(self) -> Path:

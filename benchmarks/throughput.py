@@ -1,9 +1,12 @@
 """Throughput of file -> json.decode -> field.set -> file against the bare Spark job a user would write.
 
 Both run in the same SparkSession on the same 1M JSON lines, so the ratio holds on a noisy machine even
-when absolute times drift. A second pipeline adds a ``custom.python`` pass-through processor. A second
-bare job writes the pipeline's own output (OpenCDC lines): no engine that keeps that output format can
-beat it, so its ratio is the ceiling for the pipeline's.
+when absolute times drift. A second bare job writes the pipeline's own output (OpenCDC lines): no engine
+that keeps that output format can beat it, so its ratio is the ceiling for the pipeline's. Two more
+pipelines add a ``custom.python`` processor: a pass-through, and one that nacks 10% of the records into
+a file DLQ that takes every nack. For each pipeline the benchmark also reports the most memory and disk
+that Spark's block managers held while it ran: the micro-batch's records, stored once so that every
+write reads the same rows (engine/once.py).
 
     .venv/bin/python benchmarks/throughput.py [--records N] [--repeat K]
 """
@@ -17,6 +20,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +47,51 @@ PASS_THROUGH = """      - id: py
         plugin: custom.python
         settings: {function: "passthrough:identity", path: "%s"}
 """
+NACK_TENTH = """      - id: py
+        plugin: custom.python
+        settings: {function: "passthrough:nack_tenth", path: "%s"}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings: {path: "%s"}
+      window-size: 0
+"""
+FUNCTIONS = """import zlib
+
+
+def identity(record):
+    return record
+
+
+def nack_tenth(record):
+    if zlib.crc32(record["position"]) % 10 == 0:
+        raise ValueError("refused by the service")
+    return record
+"""
+
+
+class StoragePeak:
+    """The most bytes Spark's block managers held (memory, disk) while the block ran, sampled every
+    50 ms: what materializing the micro-batches cost."""
+
+    def __init__(self, spark) -> None:
+        self.context = spark.sparkContext._jsc.sc()
+        self.memory = self.disk = 0
+        self._done = threading.Event()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.05):
+            infos = self.context.getRDDStorageInfo()
+            self.memory = max(self.memory, sum(i.memSize() for i in infos))
+            self.disk = max(self.disk, sum(i.diskSize() for i in infos))
+
+    def __enter__(self) -> StoragePeak:
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def make_data(path: Path, records: int) -> int:
@@ -117,18 +166,26 @@ def bare_spark_python(spark, source: Path, target: Path, function_dir: Path) -> 
     return time.perf_counter() - started
 
 
-def conduit(spark, work: Path, source: Path, name: str, extra: str = "") -> float:
+PEAKS: dict[str, list[tuple[int, int]]] = {}
+"""Per pipeline kind, the (memory, disk) peaks of its measured rounds."""
+
+
+def conduit(spark, work: Path, source: Path, name: str, extra: str = "", kind: str = "") -> float:
     target = work / f"out-{name}"
     state = work / f"state-{name}"
-    shutil.rmtree(target, ignore_errors=True)
-    shutil.rmtree(state, ignore_errors=True)
-    text = PIPELINE.format(id=name, source=source, target=target, extra=extra)
+    dlq = work / f"dlq-{name}"
+    for path in (target, state, dlq):
+        shutil.rmtree(path, ignore_errors=True)
+    text = PIPELINE.format(id=name, source=source, target=target, extra=extra.replace("DLQ", str(dlq)))
     pipeline = load_pipeline_text(text, f"<{name}>").pipelines[0]
-    started = time.perf_counter()
-    payload = run_pipeline(spark, pipeline, state, RunOptions(until_idle=True))
-    elapsed = time.perf_counter() - started
+    with StoragePeak(spark) as peak:
+        started = time.perf_counter()
+        payload = run_pipeline(spark, pipeline, state, RunOptions(until_idle=True))
+        elapsed = time.perf_counter() - started
     if payload["exit_code"] != 0:
         sys.exit(f"{name} failed: {payload['error']}")
+    if kind:
+        PEAKS.setdefault(kind, []).append((peak.memory, peak.disk))
     return elapsed
 
 
@@ -143,16 +200,18 @@ def main() -> None:
     source = work / "in"
     source.mkdir()
     size = make_data(source / "data.jsonl", args.records)
-    (work / "passthrough.py").write_text("def identity(record):\n    return record\n")
+    (work / "passthrough.py").write_text(FUNCTIONS)
     spark = get_session(args.master)
     print(f"{args.records:,} JSON lines, {size / 1e6:.0f} MB, master {args.master}, {args.repeat} rounds")
 
     extra = PASS_THROUGH % work
+    nacking = NACK_TENTH % (work, "DLQ")
     results: dict[str, list[float]] = {
         "bare": [],
         "bare_opencdc": [],
         "pipeline": [],
         "python": [],
+        "python_nacks": [],
         "bare_python": [],
     }
     # One unmeasured run of each job first: JIT, Python workers and file cache (the pipeline's first run
@@ -161,12 +220,16 @@ def main() -> None:
     bare_spark_opencdc(spark, source, work / "warmup-opencdc")
     conduit(spark, work, source, "warm")
     conduit(spark, work, source, "warm-py", extra)
+    conduit(spark, work, source, "warm-nack", nacking)
     bare_spark_python(spark, source, work / "warmup-py", work)
     for round_ in range(args.repeat):
         results["bare"].append(bare_spark(spark, source, work / "out-bare"))
         results["bare_opencdc"].append(bare_spark_opencdc(spark, source, work / "out-bare-opencdc"))
-        results["pipeline"].append(conduit(spark, work, source, f"p{round_}"))
-        results["python"].append(conduit(spark, work, source, f"py{round_}", extra))
+        results["pipeline"].append(conduit(spark, work, source, f"p{round_}", kind="pipeline"))
+        results["python"].append(conduit(spark, work, source, f"py{round_}", extra, kind="python"))
+        results["python_nacks"].append(
+            conduit(spark, work, source, f"nack{round_}", nacking, kind="python_nacks")
+        )
         results["bare_python"].append(bare_spark_python(spark, source, work / "out-bare-py", work))
     rate = {k: args.records / statistics.median(v) for k, v in results.items()}
     print(f"bare Spark (read JSON, add column, write JSON): {rate['bare']:>10,.0f} records/s")
@@ -184,9 +247,22 @@ def main() -> None:
         f"ratio {rate['python'] / rate['bare']:.2f}x (goal >= 0.5x)"
     )
     print(
+        f"  + custom.python nacking 10% into a file DLQ:  {rate['python_nacks']:>10,.0f} records/s  "
+        f"ratio {rate['python_nacks'] / rate['bare']:.2f}x, "
+        f"{rate['python_nacks'] / rate['bare_opencdc']:.2f}x of the ceiling"
+    )
+    print(
         f"bare Spark + the same Python pass-through:       {rate['bare_python']:>10,.0f} records/s  "
         f"(custom.python pipeline at {rate['python'] / rate['bare_python']:.2f}x of it)"
     )
+    print("ratios to the ceiling (bare Spark writing OpenCDC lines):")
+    for kind in ("pipeline", "python", "python_nacks"):
+        memory = max(m for m, _ in PEAKS[kind]) / 1e6
+        disk = max(d for _, d in PEAKS[kind]) / 1e6
+        print(
+            f"  {kind:<13} {rate[kind] / rate['bare_opencdc']:.3f}x   "
+            f"peak stored by Spark: {memory:,.0f} MB memory, {disk:,.0f} MB disk"
+        )
     print("medians of", {k: [round(x, 2) for x in v] for k, v in results.items()})
     shutil.rmtree(work, ignore_errors=True)
 

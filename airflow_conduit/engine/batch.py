@@ -22,12 +22,13 @@ from pyspark.sql import Column, DataFrame, Observation, Row
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
-from airflow_conduit.engine import dlq
+from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
 from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
-from airflow_conduit.engine.processors import apply_all
+from airflow_conduit.engine.once import computed_once, release
+from airflow_conduit.engine.processors import NOT_PURE, apply_all
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
     META_COLLECTION,
@@ -121,6 +122,8 @@ class _DestinationWrite:
     staged: Staged | None = None
     skipped: bool = False
     """The destination already holds this delivery (a replay after a crash): acked without writing."""
+    decided: DataFrame | None = None
+    """The records after the destination's own processors, unobserved (for the decision log)."""
     seconds: float = 0.0
 
 
@@ -141,6 +144,22 @@ def _timed(write: _DestinationWrite) -> Iterator[None]:
         write.seconds += time.monotonic() - started
 
 
+@dataclass
+class _Held:
+    """The frames of one batch computed once (:mod:`.once`), released when the batch is done."""
+
+    frames: list[DataFrame]
+
+    def add(self, frame: DataFrame) -> DataFrame:
+        self.frames.append(frame)
+        return frame
+
+    def release(self) -> None:
+        for frame in self.frames:
+            release(frame)
+        self.frames.clear()
+
+
 def position_text(value: Any) -> str:
     return bytes(value).decode(errors="replace") if value is not None else ""
 
@@ -153,6 +172,8 @@ class BatchProcessor:
         self.state = state
         self.generation = generation
         self.windows = dlq.WindowStore(state.window_file)
+        self.decisions = decisions.DecisionLog(state.decisions_dir)
+        self.impure = any(p.plugin in NOT_PURE for p in pipeline.all_processors)
         self.counters = RunCounters()
         self.context = BatchContext(pipeline.id, -1, ())
 
@@ -174,16 +195,31 @@ class BatchProcessor:
         logged = logged_batch(self.state.checkpoint_dir, batch_id)
         self.context = BatchContext(self.pipeline.id, batch_id, tuple(logged.offsets))
         destinations = self.pipeline.destinations
-        records = batch_records(batch, self.pipeline, self.context, logged.timestamp_ms * 1_000_000)
-        cached: list[DataFrame] = []
-        if len(destinations) > 1 or any(d.processors for d in destinations):
-            records = records.persist()  # read by several writes: compute it once
-            cached.append(records)
+        self.decisions.prune(batch_id)
+        decision_hash = self.context.hash_for(f"{self.generation}:decision")
+        decision = self.decisions.load(batch.sparkSession, batch_id, decision_hash)
+        held = _Held([])
+        if decision is not None:
+            # A former attempt decided this batch and published part of it: the rest gets the same rows.
+            logger.info("%s: batch %d replays the decision of its former attempt", self.pipeline.id, batch_id)
+            records = decision.records
+        else:
+            # Every action below reads these rows; the first one computes them (see engine/once.py).
+            records = held.add(
+                computed_once(
+                    batch_records(batch, self.pipeline, self.context, logged.timestamp_ms * 1_000_000)
+                )
+            )
         seen = Observation(f"conduit-{self.pipeline.id}-{batch_id}")
         observed = records.observe(seen, *state_counts())
-        observer = next((i for i, d in enumerate(destinations) if d.plugin in WRITES_ON_STAGE), None)
+        # The counts ride on a write that runs the batch; not one under the destination's own
+        # processors: an observe inside a lazily checkpointed plan reports before any row is computed.
+        observer = next(
+            (i for i, d in enumerate(destinations) if d.plugin in WRITES_ON_STAGE and not d.processors),
+            None,
+        )
         writes = [
-            self._destination_frame(observed if i == observer else records, d, cached)
+            self._destination_frame(observed if i == observer else records, d, held, decision)
             for i, d in enumerate(destinations)
         ]
         try:
@@ -193,16 +229,23 @@ class BatchProcessor:
                 observed.write.format("noop").mode("overwrite").save()
             states = counts_of(seen)
             self._stop_if_asked(records, states, writes)
-            nacked, nack_count = self._nacked(records, states, writes)
+            if decision is not None:
+                nacked = decision.nacked if decision.nacked is not None else records.limit(0)
+                nack_count = nacked.count()
+            else:
+                nacked, nack_count = self._nacked(records, states, writes, held)
             nack_rows = nacked.select("_seq", "_error", "_node", "position").collect() if nack_count else []
             window_before, window_after = self._check_window(batch_id, records, states["total"], nack_rows)
             dlq_staged = self._stage_dlq(nacked, nack_rows, batch_id) if nack_count else []
+            logged_decision = decision is not None
+            if decision is None and self._replay_could_differ(writes, dlq_staged):
+                self._log_decision(batch_id, decision_hash, records, writes, nacked if nack_count else None)
+                logged_decision = True
         except BaseException:
             for write in writes:
                 if write.staged is not None:
                     write.staged.discard()
-            for frame in cached:
-                frame.unpersist()
+            held.release()
             raise
         pending = [w.staged for w in writes if w.staged is not None] + dlq_staged
         try:
@@ -220,6 +263,8 @@ class BatchProcessor:
                     self.counters.dlq_files += [str(p) for p in published if self.state.dlq_dir in p.parents]
             if window_before is not None:
                 self.windows.save(batch_id, window_before, window_after)
+            if logged_decision:
+                self.decisions.remove(batch_id)  # every output holds the batch now
             written = {w.destination.id: self._written(w) for w in writes}
         except BaseException:
             # A publish failed: the batch will not commit. Release what the others still hold (an open
@@ -229,13 +274,44 @@ class BatchProcessor:
                 staged.discard()
             raise
         finally:
-            for frame in cached:
-                frame.unpersist()
+            held.release()
         self.counters.last_destination_seconds = {w.destination.node_id: w.seconds for w in writes}
         skipped = [w.destination.id for w in writes if w.skipped]
         if skipped:
             self.state.audit("delivery_skipped", batch=batch_id, destinations=skipped)
         return self._account(batch_id, states, nack_count, written)
+
+    def _replay_could_differ(self, writes: list[_DestinationWrite], dlq_staged: list[Staged]) -> bool:
+        """Whether a replay after a crash between two publishes could decide this batch differently:
+        there is more than one output to publish, and a processor that is not a pure function, or
+        records refused by a destination (which is not asked again once it holds the batch)."""
+        staged = [w.staged for w in writes if w.staged is not None]
+        if len(staged) + len(dlq_staged) < 2:
+            return False
+        return self.impure or any(nacks_of(s) for s in staged)
+
+    def _log_decision(
+        self,
+        batch_id: int,
+        decision_hash: str,
+        records: DataFrame,
+        writes: list[_DestinationWrite],
+        nacked: DataFrame | None,
+    ) -> None:
+        frames = {decisions.RECORDS: records}
+        for write in writes:
+            if write.staged is not None and write.decided is not None:
+                frames[decisions.destination_part(write.destination.node_id)] = write.decided
+        if nacked is not None:
+            frames[decisions.NACKED] = nacked
+        started = time.monotonic()
+        self.decisions.save(batch_id, decision_hash, frames)
+        logger.info(
+            "%s: batch %d decision logged in %.2f s (it publishes to several outputs)",
+            self.pipeline.id,
+            batch_id,
+            time.monotonic() - started,
+        )
 
     def _stage(self, write: _DestinationWrite, batch_id: int) -> None:
         """Stage a destination's records, unless it already holds this delivery (a replayed batch)."""
@@ -273,7 +349,11 @@ class BatchProcessor:
             ) from error
 
     def _destination_frame(
-        self, records: DataFrame, destination: ConnectorConfig, cached: list[DataFrame]
+        self,
+        records: DataFrame,
+        destination: ConnectorConfig,
+        held: _Held,
+        decision: decisions.Decision | None = None,
     ) -> _DestinationWrite:
         """The records a destination gets: open ones whose collection matches its ``namespace`` regex,
         after the destination's own processors."""
@@ -285,10 +365,15 @@ class BatchProcessor:
         written = Observation(f"conduit-{destination.node_id}-written")
         if not destination.processors:
             return _DestinationWrite(destination, frame, written)
-        frame = apply_all(frame, destination.processors).persist()
-        cached.append(frame)
+        logged = decision.destination(destination.node_id) if decision is not None else None
+        if logged is not None:
+            frame = logged
+        else:
+            # The destination's processors decide once too: its write, stop check and nacks read these.
+            frame = held.add(computed_once(apply_all(frame, destination.processors)))
         states = Observation(f"conduit-{destination.node_id}-states")
-        return _DestinationWrite(destination, frame.observe(states, *state_counts()), written, states)
+        observed = frame.observe(states, *state_counts())
+        return _DestinationWrite(destination, observed, written, states, decided=frame)
 
     def _stop_if_asked(
         self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite]
@@ -313,7 +398,7 @@ class BatchProcessor:
             )
 
     def _nacked(
-        self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite]
+        self, records: DataFrame, states: Counter[str], writes: list[_DestinationWrite], held: _Held
     ) -> tuple[DataFrame, int]:
         """Records nacked by a pipeline processor, any destination's processors, or refused by a
         destination while it wrote (once each)."""
@@ -338,7 +423,8 @@ class BatchProcessor:
                 .select(*records.columns)
             )
         if late or refused:
-            nacked = nacked.dropDuplicates(["_seq"]).persist()
+            # Read three times (count, rows, DLQ write): computed once, from rows already decided.
+            nacked = held.add(computed_once(nacked.dropDuplicates(["_seq"])))
             count = nacked.count()
         return nacked, count
 

@@ -317,3 +317,60 @@ def test_random_nacks_filters_and_routing_lose_and_double_nothing(run_yaml, tmp_
     assert counted["read"] == counted["filtered"] + counted["dlq"] + sum(held.values())
     exit_payload = json.loads((tmp_path / "state" / "random" / "exit.json").read_text())
     assert exit_payload["records"] == counted
+
+
+CRASH_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: random
+    connectors:
+      - id: gen
+        type: source
+        plugin: builtin:generator
+        settings: {recordCount: 300, maxRecordsPerBatch: 100, format.type: structured, format.options.name: string}
+      - {id: to-all, type: destination, plugin: builtin:file, settings: {path: "{tmp}/all"}}
+    processors:
+      - {id: decide, plugin: custom.python, settings: {function: "MODULE:decide", path: "{tmp}/udf"}}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings: {path: "{tmp}/dlq"}
+      window-size: 0
+"""
+
+
+def test_a_crash_between_publishes_replays_the_same_decision(run_yaml, tmp_path, monkeypatch):
+    """The destination published batch 0, then the run died before the DLQ did. The replay must not
+    decide batch 0 again: the DLQ gets the nacks of the decision the destination already holds."""
+    from airflow_conduit.engine.connectors import jsonl_files
+
+    calls = tmp_path / "decisions.txt"
+    module = unique_module(tmp_path, "randomly", RANDOM.format(calls=str(calls), seed=7))
+    yaml_text = CRASH_PIPELINE.replace("MODULE", module)
+    publish = jsonl_files.StagedFiles.publish
+
+    def crash_before_the_dlq(self):
+        if "dlq" in self.staging.parts:
+            raise RuntimeError("injected crash between publishes")
+        return publish(self)
+
+    monkeypatch.setattr(jsonl_files.StagedFiles, "publish", crash_before_the_dlq)
+    first = run_yaml(yaml_text)
+    assert first["exit_code"] == 75  # an unexpected error in the batch: transient
+    assert read_jsonl(tmp_path / "all") and not read_jsonl(tmp_path / "dlq")  # the crash's window
+    monkeypatch.setattr(jsonl_files.StagedFiles, "publish", publish)
+    second = run_yaml(yaml_text)
+    assert second["exit_code"] == 0, second["error"]
+
+    written, dead = keys_in(tmp_path / "all"), dlq_keys(tmp_path / "dlq")
+    assert not set(written) & set(dead), "records both written and in the DLQ"
+    fates: dict[int, str] = {}
+    for line in calls.read_text().splitlines():
+        key, fate, *_ = line.split()
+        assert int(key) not in fates, f"record {key} was decided twice"
+        fates[int(key)] = fate
+    assert sorted(fates) == list(range(300))
+    assert written == [k for k, f in sorted(fates.items()) if f == "open"]
+    assert dead == [k for k, f in sorted(fates.items()) if f == "nack"]
+    assert not (tmp_path / "state" / "random" / "decisions").exists() or not any(
+        (tmp_path / "state" / "random" / "decisions").iterdir()
+    )

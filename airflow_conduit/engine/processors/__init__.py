@@ -35,6 +35,10 @@ PROCESSORS: dict[str, Apply] = {
     "custom.python": custom_python.apply,
 }
 
+NOT_PURE = frozenset({"custom.python"})
+"""Processors whose result may differ between two calls on the same record (user code: services that
+flake, random values). A replay of a batch cannot recompute their decision (see engine/decisions.py)."""
+
 
 # The identity on ``_state``, but not deterministic in Spark's eyes (``spark_partition_id``): see apply_all.
 _STATE_BARRIER = "CASE WHEN spark_partition_id() >= 0 THEN _state END"
