@@ -18,23 +18,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, Row
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
+from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
 from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
-from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS
+from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS, REPLAYS_IDENTICALLY
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.once import computed_once, release
-from airflow_conduit.engine.processors import NOT_PURE, apply_all
+from airflow_conduit.engine.processors import apply_all, is_pure
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
     META_COLLECTION,
     META_DLQ_ERROR,
     META_DLQ_NODE,
     RECORD_COLUMNS,
+    RECORD_SCHEMA,
     STATE_FATAL,
     STATE_FILTERED,
     STATE_NACKED,
@@ -144,6 +145,35 @@ def _timed(write: _DestinationWrite) -> Iterator[None]:
         write.seconds += time.monotonic() - started
 
 
+@dataclass(frozen=True)
+class _Purity:
+    """Which processor chains give the same result when evaluated again (see :func:`is_pure`)."""
+
+    pipeline: bool
+    """The sources' and the pipeline's processors."""
+    destinations: dict[str, bool]
+    """Per destination node: its own processors."""
+    unstored: bool
+    """Nothing need be stored: every processor is pure, every source gives a batch's rows again the
+    same, and one destination without processors reads the batch (so a second evaluation happens only
+    for nacks and stops, and decides the same)."""
+
+    @property
+    def everywhere(self) -> bool:
+        return self.pipeline and all(self.destinations.values())
+
+    @classmethod
+    def of(cls, spark: SparkSession, pipeline: PipelineConfig) -> _Purity:
+        def pure(processors: tuple[ProcessorConfig, ...]) -> bool:
+            return all(is_pure(spark, p, RECORD_SCHEMA) for p in processors)
+
+        chain = tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors
+        destinations = {d.node_id: pure(d.processors) for d in pipeline.destinations}
+        single = len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors
+        replayable = all(s.plugin in REPLAYS_IDENTICALLY for s in pipeline.sources)
+        return cls(pure(chain), destinations, pure(chain) and single and replayable)
+
+
 @dataclass
 class _Held:
     """The frames of one batch computed once (:mod:`.once`), released when the batch is done."""
@@ -173,7 +203,7 @@ class BatchProcessor:
         self.generation = generation
         self.windows = dlq.WindowStore(state.window_file)
         self.decisions = decisions.DecisionLog(state.decisions_dir)
-        self.impure = any(p.plugin in NOT_PURE for p in pipeline.all_processors)
+        self._purity: _Purity | None = None
         self.counters = RunCounters()
         self.context = BatchContext(pipeline.id, -1, ())
 
@@ -195,6 +225,8 @@ class BatchProcessor:
         logged = logged_batch(self.state.checkpoint_dir, batch_id)
         self.context = BatchContext(self.pipeline.id, batch_id, tuple(logged.offsets))
         destinations = self.pipeline.destinations
+        if self._purity is None:  # needs Spark to analyse the processors: once, at the first batch
+            self._purity = _Purity.of(batch.sparkSession, self.pipeline)
         self.decisions.prune(batch_id)
         decision_hash = self.context.hash_for(f"{self.generation}:decision")
         decision = self.decisions.load(batch.sparkSession, batch_id, decision_hash)
@@ -204,12 +236,21 @@ class BatchProcessor:
             logger.info("%s: batch %d replays the decision of its former attempt", self.pipeline.id, batch_id)
             records = decision.records
         else:
-            # Every action below reads these rows; the first one computes them (see engine/once.py).
-            records = held.add(
-                computed_once(
-                    batch_records(batch, self.pipeline, self.context, logged.timestamp_ms * 1_000_000)
+            # Every action below reads stored rows, which the first one computes (engine/once.py): the
+            # records after the processors if one of them is not pure, else the source's rows (smaller,
+            # so cheaper to store; pure processors give the same result on each action), or none at all
+            # when even the source gives the same rows again (see _Purity.unstored).
+            read_at_ns = logged.timestamp_ms * 1_000_000
+            if self.purity.unstored:
+                records = batch_records(batch, self.pipeline, self.context, read_at_ns)
+            elif self.purity.pipeline:
+                records = batch_records(
+                    held.add(computed_once(batch)), self.pipeline, self.context, read_at_ns
                 )
-            )
+            else:
+                records = held.add(
+                    computed_once(batch_records(batch, self.pipeline, self.context, read_at_ns))
+                )
         seen = Observation(f"conduit-{self.pipeline.id}-{batch_id}")
         observed = records.observe(seen, *state_counts())
         # The counts ride on a write that runs the batch; not one under the destination's own
@@ -228,17 +269,21 @@ class BatchProcessor:
             if observer is None or writes[observer].skipped:
                 observed.write.format("noop").mode("overwrite").save()
             states = counts_of(seen)
-            self._stop_if_asked(records, states, writes)
-            if decision is not None:
+            # An empty batch has nothing to decide. (Over an empty local checkpoint, an observe under a
+            # repartition, as in the custom.python and log destinations, never reports.)
+            if not states["total"]:
+                nacked, nack_count = records, 0
+            elif decision is not None:
                 nacked = decision.nacked if decision.nacked is not None else records.limit(0)
                 nack_count = nacked.count()
             else:
+                self._stop_if_asked(records, states, writes)
                 nacked, nack_count = self._nacked(records, states, writes, held)
             nack_rows = nacked.select("_seq", "_error", "_node", "position").collect() if nack_count else []
             window_before, window_after = self._check_window(batch_id, records, states["total"], nack_rows)
             dlq_staged = self._stage_dlq(nacked, nack_rows, batch_id) if nack_count else []
             logged_decision = decision is not None
-            if decision is None and self._replay_could_differ(writes, dlq_staged):
+            if decision is None and states["total"] and self._replay_could_differ(writes, dlq_staged):
                 self._log_decision(batch_id, decision_hash, records, writes, nacked if nack_count else None)
                 logged_decision = True
         except BaseException:
@@ -265,7 +310,7 @@ class BatchProcessor:
                 self.windows.save(batch_id, window_before, window_after)
             if logged_decision:
                 self.decisions.remove(batch_id)  # every output holds the batch now
-            written = {w.destination.id: self._written(w) for w in writes}
+            written = {w.destination.id: self._written(w) if states["total"] else 0 for w in writes}
         except BaseException:
             # A publish failed: the batch will not commit. Release what the others still hold (an open
             # Postgres transaction keeps its delivery-marker lock, which a restart in this process would
@@ -281,6 +326,11 @@ class BatchProcessor:
             self.state.audit("delivery_skipped", batch=batch_id, destinations=skipped)
         return self._account(batch_id, states, nack_count, written)
 
+    @property
+    def purity(self) -> _Purity:
+        assert self._purity is not None, "set by the first batch"
+        return self._purity
+
     def _replay_could_differ(self, writes: list[_DestinationWrite], dlq_staged: list[Staged]) -> bool:
         """Whether a replay after a crash between two publishes could decide this batch differently:
         there is more than one output to publish, and a processor that is not a pure function, or
@@ -288,7 +338,7 @@ class BatchProcessor:
         staged = [w.staged for w in writes if w.staged is not None]
         if len(staged) + len(dlq_staged) < 2:
             return False
-        return self.impure or any(nacks_of(s) for s in staged)
+        return not self.purity.everywhere or any(nacks_of(s) for s in staged)
 
     def _log_decision(
         self,
@@ -369,8 +419,10 @@ class BatchProcessor:
         if logged is not None:
             frame = logged
         else:
-            # The destination's processors decide once too: its write, stop check and nacks read these.
-            frame = held.add(computed_once(apply_all(frame, destination.processors)))
+            frame = apply_all(frame, destination.processors)
+            if not self.purity.destinations[destination.node_id]:
+                # Its processors decide once too: its write, stop check and nacks read these rows.
+                frame = held.add(computed_once(frame))
         states = Observation(f"conduit-{destination.node_id}-states")
         observed = frame.observe(states, *state_counts())
         return _DestinationWrite(destination, observed, written, states, decided=frame)

@@ -55,13 +55,39 @@ pipelines:
 """
 
 
-def write_pipeline(tmp_path: Path, url: str, records: int = RECORDS) -> Path:
+RANDOM_NACKS = """
+import random
+
+from chaos_tag import tag
+
+
+def tag_or_nack(record):
+    # A flaky service: about one call in ten fails, at random (a replay draws again).
+    if random.random() < 0.1:
+        raise ValueError("the service refused")
+    return tag(record)
+"""
+TAKE_EVERY_NACK = """    dead-letter-queue:
+      plugin: builtin:file
+      settings: {{path: "{dlq}"}}
+      window-size: 0
+"""
+
+
+def write_pipeline(tmp_path: Path, url: str, records: int = RECORDS, random_nacks: bool = False) -> Path:
+    """``random_nacks``: the processor nacks about 10% of the records at random, into a file DLQ."""
     udf = tmp_path / "udf"
     udf.mkdir(exist_ok=True)
     (udf / "chaos_tag.py").write_text(TAG)
+    (udf / "chaos_random.py").write_text(RANDOM_NACKS)
+    text = PIPELINE
+    if random_nacks:
+        text = text.replace("chaos_tag:tag", "chaos_random:tag_or_nack") + TAKE_EVERY_NACK
     pipeline = tmp_path / "chaos.yaml"
     pipeline.write_text(
-        PIPELINE.format(records=records, per_batch=PER_BATCH, out=tmp_path / "out", url=url, udf=udf)
+        text.format(
+            records=records, per_batch=PER_BATCH, out=tmp_path / "out", url=url, udf=udf, dlq=tmp_path / "dlq"
+        )
     )
     return pipeline
 
@@ -191,6 +217,60 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
     assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
     finish_run(pipeline, state)
     verify_exactly_once(tmp_path, pg, "chaos_kill", RECORDS)
+
+
+def decision_logged(state: Path) -> Callable[[], bool]:
+    """True once a batch's decision is logged: its outputs are about to publish, one after another."""
+    return lambda: any((state / "chaos" / "decisions").glob("*/decided.json"))
+
+
+def test_random_nacks_under_sigkill_put_each_record_in_the_destinations_or_the_dlq(pg, tmp_path):
+    """A processor that nacks at random is decided again on every replay, unless the engine keeps the
+    decision: killed between two publishes, a record could reach a destination and the DLQ, or
+    neither."""
+    rng = seeded_random()
+    records = 100_000
+    url = create_table(pg, "chaos_nacks")
+    pipeline = write_pipeline(tmp_path, url, records, random_nacks=True)
+    state, log = tmp_path / "state", tmp_path / "runs.log"
+    kills, kill_points = 0, []
+    while kills < 6:
+        committed = log_entries(state, "commits")
+        if len(committed) * PER_BATCH >= records:
+            break
+        # A third of the kills land between the publishes of one batch, the rest anywhere in a batch.
+        choice = rng.random()
+        if choice < 1 / 3:
+            ready, pause = decision_logged(state), rng.uniform(0, 0.2)
+        elif choice < 2 / 3:
+            ready, pause = staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
+        else:
+            ready, pause = new_commit(state, committed), rng.uniform(0, 2.5)
+        killed, _ = run_and_kill(pipeline, state, log, ready, pause)
+        if killed:
+            kills += 1
+            kill_points.append(
+                (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
+            )
+    print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
+    assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
+    finish_run(pipeline, state)
+
+    file_keys = Counter(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
+    db_keys = Counter(
+        {seq: n for seq, n in pg.execute("SELECT seq, count(*) FROM events GROUP BY seq", "chaos_nacks")}
+    )
+    dlq_keys = Counter(int(text(r["payload"]["after"]["key"])) for r in read_jsonl(tmp_path / "dlq"))
+    print(
+        f"verified: file {sum(file_keys.values())}, postgres {sum(db_keys.values())}, "
+        f"DLQ {sum(dlq_keys.values())} of {records} records"
+    )
+    for name, keys in (("file", file_keys), ("postgres", db_keys), ("DLQ", dlq_keys)):
+        assert [k for k, n in keys.items() if n > 1] == [], f"{name}: duplicates"
+    assert set(file_keys) == set(db_keys), "the destinations disagree on which records were nacked"
+    assert not set(file_keys) & set(dlq_keys), "records both written and in the DLQ"
+    assert set(file_keys) | set(dlq_keys) == set(range(records)), "records in neither"
+    assert 0.05 * records < len(dlq_keys) < 0.15 * records  # the processor did nack, at about 10%
 
 
 def test_postgres_stopped_mid_run_is_transient_and_the_restart_completes(pg, tmp_path):

@@ -374,3 +374,109 @@ def test_a_crash_between_publishes_replays_the_same_decision(run_yaml, tmp_path,
     assert not (tmp_path / "state" / "random" / "decisions").exists() or not any(
         (tmp_path / "state" / "random" / "decisions").iterdir()
     )
+
+
+def test_a_batch_computed_once_is_never_computed_again(spark, tmp_path):
+    """The engine's materialization (engine/once.py) against Spark's cache: once the stored rows are gone
+    (as when an executor is lost), ``persist`` recomputes them, calling the function again; a batch
+    computed once refuses instead, and the attempt fails."""
+    import os
+
+    from pyspark.storagelevel import StorageLevel
+
+    from airflow_conduit.engine.once import computed_once, release
+
+    calls = tmp_path / "calls.txt"
+
+    def counting(batches):
+        for batch in batches:
+            fd = os.open(str(calls), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            os.write(fd, f"{batch.num_rows}\n".encode())
+            os.close(fd)
+            yield batch
+
+    def called() -> int:
+        count = sum(int(n) for n in calls.read_text().split()) if calls.exists() else 0
+        calls.unlink(missing_ok=True)
+        return count
+
+    numbers = spark.range(0, 1000, numPartitions=4)
+    once = computed_once(numbers.mapInArrow(counting, numbers.schema))
+    assert called() == 0  # lazy: the first action computes it
+    assert once.count() == 1000 and called() == 1000
+    assert once.filter("id % 2 = 0").count() == 500 and called() == 0
+    release(once)  # the stored rows are gone
+    with pytest.raises(Exception, match="(?i)checkpoint|block|rdd"):
+        once.count()
+    assert called() == 0
+
+    cached = numbers.mapInArrow(counting, numbers.schema).persist(StorageLevel.MEMORY_AND_DISK)
+    assert cached.count() == 1000 and called() == 1000
+    spark.sparkContext._jsc.sc().env().blockManager().master().removeRdd(
+        spark._jsparkSession.sharedState()
+        .cacheManager()
+        .lookupCachedData(cached._jdf)
+        .get()
+        .cachedRepresentation()
+        .cacheBuilder()
+        .cachedColumnBuffers()
+        .id(),
+        True,
+    )
+    assert cached.count() == 1000 and called() == 1000  # persist: every row through the function again
+    cached.unpersist()
+
+
+RANDOM_CONDITION = """
+version: "2.2"
+pipelines:
+  - id: coin
+    connectors:
+      - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 400, maxRecordsPerBatch: 200}}
+      - {id: out0, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out0"}}
+      - {id: out1, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out1"}}
+    processors:
+      - {id: coin, plugin: filter, condition: "rand() < 0.5"}
+"""
+
+
+def test_a_builtin_processor_with_a_random_condition_is_decided_once(run_yaml, tmp_path):
+    """Built-in processors are Spark expressions; one that Spark deems non-deterministic is stored after
+    it runs, like custom.python, so both destinations get the same coin flips."""
+    payload = run_yaml(RANDOM_CONDITION)
+    assert payload["exit_code"] == 0, payload["error"]
+    kept = keys_in(tmp_path / "out0")
+    assert keys_in(tmp_path / "out1") == kept
+    assert 100 < len(kept) < 300  # the coin was flipped
+    assert payload["records"]["filtered"] == 400 - len(kept)
+    assert payload["records"]["written"] == {"coin:out0": len(kept), "coin:out1": len(kept)}
+
+
+@pytest.mark.parametrize(
+    ("processor", "pure"),
+    [
+        ("{id: p, plugin: field.set, settings: {field: .Payload.After.x, value: '1'}}", True),
+        ("{id: p, plugin: filter, condition: \".Operation = 'create'\"}", True),
+        ("{id: p, plugin: filter, condition: 'rand() < 0.5'}", False),
+        ("{id: p, plugin: filter, condition: 'uuid() IS NOT NULL'}", False),
+        ("{id: p, plugin: filter, condition: \"current_timestamp() > TIMESTAMP '2020-01-01'\"}", False),
+        ("{id: p, plugin: custom.python, settings: {function: 'json:dumps'}}", False),
+    ],
+    ids=["field.set", "filter", "rand", "uuid", "clock", "custom.python"],
+)
+def test_which_processors_may_be_evaluated_again(spark, processor, pure):
+    from airflow_conduit.engine.processors import is_pure
+    from airflow_conduit.record import RECORD_SCHEMA
+
+    text = f"""
+version: "2.2"
+pipelines:
+  - id: purity
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator}}
+      - {{id: out, type: destination, plugin: builtin:log}}
+    processors:
+      - {processor}
+"""
+    proc = load_pipeline_text(text, "<purity>").pipelines[0].processors[0]
+    assert is_pure(spark, proc, RECORD_SCHEMA) is pure

@@ -22,6 +22,11 @@ def never_delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
     return False
 
 
+REPLAYS_IDENTICALLY = frozenset({"builtin:file", "builtin:generator"})
+"""Sources that yield the same rows, in the same partitions, whenever a batch's offsets are read again
+(byte ranges of append-only files; a pure function of seed and index). A Postgres snapshot page read
+again may see rows changed since."""
+
 SOURCES: dict[str, ReadStream] = {
     "builtin:generator": generator.read_stream,
     "builtin:file": file.read_stream,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
@@ -38,6 +39,19 @@ PROCESSORS: dict[str, Apply] = {
 NOT_PURE = frozenset({"custom.python"})
 """Processors whose result may differ between two calls on the same record (user code: services that
 flake, random values). A replay of a batch cannot recompute their decision (see engine/decisions.py)."""
+
+# Spark calls these deterministic, but fixes their value per query: two actions see two values.
+_PER_QUERY = re.compile(r"\b(current_timestamp|current_date|current_time|now|localtimestamp)\(", re.I)
+
+
+def is_pure(spark: SparkSession, proc: ProcessorConfig, schema: str) -> bool:
+    """Whether applying ``proc`` twice to the same record gives the same result: a built-in whose Spark
+    SQL (its ``condition`` and settings) Spark deems deterministic and that reads no clock. Only such
+    processors may be evaluated again from stored rows."""
+    if proc.plugin in NOT_PURE:
+        return False
+    plan = PROCESSORS[proc.plugin](spark.createDataFrame([], schema), proc)._jdf.queryExecution().analyzed()
+    return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 
 
 # The identity on ``_state``, but not deterministic in Spark's eyes (``spark_partition_id``): see apply_all.
