@@ -172,6 +172,32 @@ def finish_run(pipeline: Path, state: Path) -> None:
     assert final.returncode == 0, final.stderr[-3000:]
 
 
+def kill_six_times(
+    pipeline: Path,
+    state: Path,
+    log: Path,
+    records: int,
+    moment: Callable[[set[int]], tuple[Callable[[], bool], float]],
+) -> None:
+    """Start runs and SIGKILL each at ``moment(committed batches)`` (a readiness check and a pause)
+    until six were killed or the source is drained; at least five must be. Then the final run."""
+    kills, kill_points = 0, []
+    while kills < 6:
+        committed = log_entries(state, "commits")
+        if len(committed) * PER_BATCH >= records:
+            break
+        ready, pause = moment(committed)
+        killed, _ = run_and_kill(pipeline, state, log, ready, pause)
+        if killed:
+            kills += 1
+            kill_points.append(
+                (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
+            )
+    print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
+    assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
+    finish_run(pipeline, state)
+
+
 def verify_exactly_once(tmp_path: Path, pg, database: str, records: int) -> None:
     file_keys = Counter(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
     db_rows = pg.execute("SELECT seq, count(*) FROM events GROUP BY seq", database)
@@ -194,28 +220,17 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(pg, tmp_path):
     rng = seeded_random()
     url = create_table(pg, "chaos_kill")
     pipeline = write_pipeline(tmp_path, url)
-    state, log = tmp_path / "state", tmp_path / "runs.log"
-    kills, kill_points = 0, []
-    while kills < 6:
-        committed = log_entries(state, "commits")
-        if len(committed) * PER_BATCH >= RECORDS:
-            break
-        # Kill at a random moment inside a batch this process is running: after it committed one
-        # (somewhere in the next), or once the file destination stages (between the destinations'
-        # writes, their publishes, and Spark's commit).
+    state = tmp_path / "state"
+
+    def moment(committed: set[int]) -> tuple[Callable[[], bool], float]:
+        # A random moment inside a batch this process is running: after it committed one (somewhere in
+        # the next), or once the file destination stages (between the destinations' writes, their
+        # publishes, and Spark's commit).
         if rng.random() < 0.5:
-            ready, pause = new_commit(state, committed), rng.uniform(0, 2.5)
-        else:
-            ready, pause = staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
-        killed, _ = run_and_kill(pipeline, state, log, ready, pause)
-        if killed:
-            kills += 1
-            kill_points.append(
-                (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
-            )
-    print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
-    assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
-    finish_run(pipeline, state)
+            return new_commit(state, committed), rng.uniform(0, 2.5)
+        return staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
+
+    kill_six_times(pipeline, state, tmp_path / "runs.log", RECORDS, moment)
     verify_exactly_once(tmp_path, pg, "chaos_kill", RECORDS)
 
 
@@ -232,29 +247,18 @@ def test_random_nacks_under_sigkill_put_each_record_in_the_destinations_or_the_d
     records = 100_000
     url = create_table(pg, "chaos_nacks")
     pipeline = write_pipeline(tmp_path, url, records, random_nacks=True)
-    state, log = tmp_path / "state", tmp_path / "runs.log"
-    kills, kill_points = 0, []
-    while kills < 6:
-        committed = log_entries(state, "commits")
-        if len(committed) * PER_BATCH >= records:
-            break
+    state = tmp_path / "state"
+
+    def moment(committed: set[int]) -> tuple[Callable[[], bool], float]:
         # A third of the kills land between the publishes of one batch, the rest anywhere in a batch.
         choice = rng.random()
         if choice < 1 / 3:
-            ready, pause = decision_logged(state), rng.uniform(0, 0.2)
-        elif choice < 2 / 3:
-            ready, pause = staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
-        else:
-            ready, pause = new_commit(state, committed), rng.uniform(0, 2.5)
-        killed, _ = run_and_kill(pipeline, state, log, ready, pause)
-        if killed:
-            kills += 1
-            kill_points.append(
-                (len(log_entries(state, "offsets")), len(log_entries(state, "commits")), round(pause, 2))
-            )
-    print(f"killed {kills} times at (offsets logged, batches committed, pause s): {kill_points}")
-    assert kills >= 5, f"the run finished before 5 kills ({kill_points}); see {log}"
-    finish_run(pipeline, state)
+            return decision_logged(state), rng.uniform(0, 0.2)
+        if choice < 2 / 3:
+            return staging_under_way(tmp_path / "out"), rng.uniform(0, 1)
+        return new_commit(state, committed), rng.uniform(0, 2.5)
+
+    kill_six_times(pipeline, state, tmp_path / "runs.log", records, moment)
 
     file_keys = Counter(int(text(r["key"])) for r in read_jsonl(tmp_path / "out"))
     db_keys = Counter(

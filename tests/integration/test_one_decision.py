@@ -319,23 +319,11 @@ def test_random_nacks_filters_and_routing_lose_and_double_nothing(run_yaml, tmp_
     assert exit_payload["records"] == counted
 
 
-CRASH_PIPELINE = """
-version: "2.2"
-pipelines:
-  - id: random
-    connectors:
-      - id: gen
-        type: source
-        plugin: builtin:generator
-        settings: {recordCount: 300, maxRecordsPerBatch: 100, format.type: structured, format.options.name: string}
-      - {id: to-all, type: destination, plugin: builtin:file, settings: {path: "{tmp}/all"}}
-    processors:
-      - {id: decide, plugin: custom.python, settings: {function: "MODULE:decide", path: "{tmp}/udf"}}
-    dead-letter-queue:
-      plugin: builtin:file
-      settings: {path: "{tmp}/dlq"}
-      window-size: 0
-"""
+CRASH_PIPELINE = (
+    RANDOM_PIPELINE.replace("DESTINATIONS", SINGLE.strip("\n"))
+    .replace("recordCount: 600", "recordCount: 300")
+    .replace("maxRecordsPerBatch: 200", "maxRecordsPerBatch: 100")
+)
 
 
 def test_a_crash_between_publishes_replays_the_same_decision(run_yaml, tmp_path, monkeypatch):
