@@ -153,6 +153,8 @@ class _Purity:
     """The sources' and the pipeline's processors."""
     destinations: dict[str, bool]
     """Per destination node: its own processors."""
+    replayable: bool
+    """Every source gives a batch's rows again the same (``REPLAYS_IDENTICALLY``)."""
     unstored: bool
     """Nothing need be stored: every processor is pure, every source gives a batch's rows again the
     same, and one destination without processors reads the batch (so a second evaluation happens only
@@ -171,7 +173,7 @@ class _Purity:
         destinations = {d.node_id: pure(d.processors) for d in pipeline.destinations}
         single = len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors
         replayable = all(s.plugin in REPLAYS_IDENTICALLY for s in pipeline.sources)
-        return cls(pure(chain), destinations, pure(chain) and single and replayable)
+        return cls(pure(chain), destinations, replayable, pure(chain) and single and replayable)
 
 
 @dataclass
@@ -333,12 +335,15 @@ class BatchProcessor:
 
     def _replay_could_differ(self, writes: list[_DestinationWrite], dlq_staged: list[Staged]) -> bool:
         """Whether a replay after a crash between two publishes could decide this batch differently:
-        there is more than one output to publish, and a processor that is not a pure function, or
-        records refused by a destination (which is not asked again once it holds the batch)."""
+        there is more than one output to publish, and a processor that is not a pure function, a
+        source that may read the batch's offsets differently (a Postgres snapshot page whose rows
+        changed), or records refused by a destination (which is not asked again once it holds the
+        batch)."""
         staged = [w.staged for w in writes if w.staged is not None]
         if len(staged) + len(dlq_staged) < 2:
             return False
-        return not self.purity.everywhere or any(nacks_of(s) for s in staged)
+        purity = self.purity
+        return not (purity.everywhere and purity.replayable) or any(nacks_of(s) for s in staged)
 
     def _log_decision(
         self,
