@@ -11,8 +11,9 @@ recomputed silently, calling the processors again. A local checkpoint stores the
 managers (memory, spilling to disk) and cuts the lineage: a lost block then fails the action, the
 micro-batch fails as transient, and the restart replays it from the offset log as a new attempt. It is
 lazy: the batch's first action (a destination's write) computes and stores the rows in the same pass,
-so the common path pays for storing them, not for a second job. The batch decides where (engine/batch.py):
-after the processors when one is not pure, else the source's rows, which cost less to store.
+not in a job of its own. The batch decides what is stored (engine/batch.py): the records after the
+processors when one is not pure, else the source's rows, which cost less to store, or nothing when even
+the source gives a batch's rows again identically and one write reads them.
 """
 
 from __future__ import annotations
