@@ -155,25 +155,32 @@ class _Purity:
     """Per destination node: its own processors."""
     replayable: bool
     """Every source gives a batch's rows again the same (``REPLAYS_IDENTICALLY``)."""
-    unstored: bool
-    """Nothing need be stored: every processor is pure, every source gives a batch's rows again the
-    same, and one destination without processors reads the batch (so a second evaluation happens only
-    for nacks and stops, and decides the same)."""
+    single_reader: bool
+    """One destination, without processors of its own, reads the batch."""
 
     @property
     def everywhere(self) -> bool:
         return self.pipeline and all(self.destinations.values())
 
+    @property
+    def unstored(self) -> bool:
+        """Nothing need be stored: a second evaluation happens only for nacks and stops, and decides
+        the same."""
+        return self.pipeline and self.replayable and self.single_reader
+
     @classmethod
     def of(cls, spark: SparkSession, pipeline: PipelineConfig) -> _Purity:
-        def pure(processors: tuple[ProcessorConfig, ...]) -> bool:
-            return all(is_pure(spark, p, RECORD_SCHEMA) for p in processors)
+        empty = spark.createDataFrame([], RECORD_SCHEMA)
 
-        chain = tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors
-        destinations = {d.node_id: pure(d.processors) for d in pipeline.destinations}
-        single = len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors
-        replayable = all(s.plugin in REPLAYS_IDENTICALLY for s in pipeline.sources)
-        return cls(pure(chain), destinations, replayable, pure(chain) and single and replayable)
+        def pure(processors: tuple[ProcessorConfig, ...]) -> bool:
+            return all(is_pure(p, empty) for p in processors)
+
+        return cls(
+            pipeline=pure(tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors),
+            destinations={d.node_id: pure(d.processors) for d in pipeline.destinations},
+            replayable=all(s.plugin in REPLAYS_IDENTICALLY for s in pipeline.sources),
+            single_reader=len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors,
+        )
 
 
 @dataclass

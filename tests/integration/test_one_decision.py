@@ -467,4 +467,4 @@ pipelines:
       - {processor}
 """
     proc = load_pipeline_text(text, "<purity>").pipelines[0].processors[0]
-    assert is_pure(spark, proc, RECORD_SCHEMA) is pure
+    assert is_pure(proc, spark.createDataFrame([], RECORD_SCHEMA)) is pure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
@@ -44,13 +44,16 @@ flake, random values). A replay of a batch cannot recompute their decision (see 
 _PER_QUERY = re.compile(r"\b(current_timestamp|current_date|current_time|now|localtimestamp)\(", re.I)
 
 
-def is_pure(spark: SparkSession, proc: ProcessorConfig, schema: str) -> bool:
+def is_pure(proc: ProcessorConfig, empty: DataFrame) -> bool:
     """Whether applying ``proc`` twice to the same record gives the same result: a built-in whose Spark
     SQL (its ``condition`` and settings) Spark deems deterministic and that reads no clock. Only such
-    processors may be evaluated again from stored rows."""
+    processors may be evaluated again from stored rows.
+
+    :param empty: an empty frame of records to analyse the processor on
+    """
     if proc.plugin in NOT_PURE:
         return False
-    plan = PROCESSORS[proc.plugin](spark.createDataFrame([], schema), proc)._jdf.queryExecution().analyzed()
+    plan = PROCESSORS[proc.plugin](empty, proc)._jdf.queryExecution().analyzed()
     return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 
 
