@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow_conduit import operator_cli
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, EXIT_TRANSIENT
+from airflow_conduit.run_lock import LockHolder, current_holder
 from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState, list_pipelines
 
 DESCRIPTION = """\
@@ -221,6 +222,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for state in states:
         status = state.read_status() or {}
         exit_payload = state.read_exit_payload() or {}
+        holder = current_holder(state.root)
         report.append(
             {
                 "pipeline": state.pipeline_id,
@@ -232,6 +234,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "attempt": status.get("attempt"),
                 "next_start_at": status.get("next_start_at"),
                 "last_events": state.read_audit()[-5:],
+                "engine": holder.to_dict() if holder else None,
             }
         )
     if args.json:
@@ -261,7 +264,19 @@ def cmd_status(args: argparse.Namespace) -> int:
             entry["updated_at"] or "",
             f"{error.get('kind')}/{error.get('code')}: {error.get('message')}" if error else "",
         )
-    Console(highlight=False).print(table)
+    console = Console(highlight=False)
+    console.print(table)
+    for entry in report:
+        if entry["engine"]:
+            console.print(
+                f"{entry['pipeline']}: run by {LockHolder(**entry['engine']).describe()}", soft_wrap=True
+            )
+        elif entry["status"] == "running":
+            console.print(
+                f"{entry['pipeline']}: says running, but no engine holds its lock: the last run was killed "
+                "before it could write how it ended",
+                soft_wrap=True,
+            )
     return EXIT_STOPPED
 
 

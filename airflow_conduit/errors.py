@@ -31,6 +31,7 @@ class Code:
     STOP_TIMEOUT = "stop_timeout"
     INTERRUPTED = "interrupted"
     CANNOT_RECOVER = "cannot_recover"  # max-retries used up inside max-retries-window
+    PIPELINE_LOCKED = "pipeline_locked"  # another engine runs the pipeline (run.lock): this run was refused
 
 
 class ConduitError(Exception):

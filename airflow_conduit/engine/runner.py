@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,9 @@ from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
 from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
 from airflow_conduit.engine.processors import PROCESSORS
 from airflow_conduit.engine.session import get_session
-from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
+from airflow_conduit.errors import EXIT_CONFIG, EXIT_TRANSIENT, Code, PipelineError
 from airflow_conduit.record import RECORD_SCHEMA
+from airflow_conduit.run_lock import LockHolder, PipelineLocked, RunLock
 from airflow_conduit.state import PipelineState, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
@@ -61,23 +63,48 @@ def check_plan(spark: SparkSession, pipeline: PipelineConfig) -> None:
                 raise PlanError(proc, error) from error
 
 
-def config_failure(pipeline: PipelineConfig, state: PipelineState, message: str) -> dict[str, Any]:
-    error = PipelineError("fatal", Code.INVALID_CONFIG, message, None)
+def _failure_payload(
+    pipeline: PipelineConfig, status: str, exit_code: int, error: PipelineError
+) -> dict[str, Any]:
     now = utc_now()
-    payload = {
+    return {
         "pipeline": pipeline.id,
-        "status": "degraded",
-        "exit_code": EXIT_CONFIG,
+        "status": status,
+        "exit_code": exit_code,
         "error": error.to_dict(),
         "records": {"read": 0, "acked": 0, "filtered": 0, "nacked": 0, "dlq": 0, "written": {}},
         "batches": 0,
         "started_at": now,
         "ended_at": now,
     }
+
+
+def config_failure(pipeline: PipelineConfig, state: PipelineState, message: str) -> dict[str, Any]:
+    error = PipelineError("fatal", Code.INVALID_CONFIG, message, None)
+    payload = _failure_payload(pipeline, "degraded", EXIT_CONFIG, error)
     state.write_exit_payload(payload)
     state.write_status("degraded", error=error.to_dict())
     state.audit("degraded", error=error.to_dict())
     return payload
+
+
+def refused(pipeline: PipelineConfig, state: PipelineState, locked: PipelineLocked) -> dict[str, Any]:
+    """The payload of a run refused because another engine runs the pipeline.
+
+    Only the audit log hears of it: the status and exit payload belong to the engine that runs.
+    """
+    error = PipelineError("transient", Code.PIPELINE_LOCKED, str(locked), None)
+    logger.error("%s", locked)
+    holder = locked.holder.to_dict() if locked.holder else None
+    state.audit("refused", code=Code.PIPELINE_LOCKED, holder=holder)
+    return _failure_payload(pipeline, "failed", EXIT_TRANSIENT, error)
+
+
+def lock_run(locks: ExitStack, state: PipelineState) -> None:
+    """Take the pipeline's run lock until ``locks`` closes; raises :class:`PipelineLocked`."""
+    run_lock = RunLock(state.root, state.pipeline_id)
+    run_lock.acquire(LockHolder.of_this_process(utc_now()))
+    locks.callback(run_lock.release)
 
 
 def run_pipelines(
@@ -86,11 +113,36 @@ def run_pipelines(
     spark: SparkSession | None = None,
     install_signal_handlers: Callable[[Callable[[], None]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the request's pipelines side by side; returns one exit payload per pipeline, in order."""
+    """Run the request's pipelines side by side; returns one exit payload per pipeline, in order.
+
+    Each pipeline's run lock is taken before Spark starts, so a refused run costs no Spark session.
+    """
+    payloads: dict[str, dict[str, Any]] = {}
+    with ExitStack() as locks:
+        admitted: list[PipelineConfig] = []
+        for pipeline in request.pipelines:
+            state = PipelineState(request.state_dir, pipeline.id)
+            try:
+                lock_run(locks, state)
+            except PipelineLocked as locked:
+                payloads[pipeline.id] = refused(pipeline, state, locked)
+                continue
+            admitted.append(pipeline)
+        if admitted:
+            payloads.update(_run_admitted(admitted, request, spark, install_signal_handlers))
+    return [payloads[p.id] for p in request.pipelines]
+
+
+def _run_admitted(
+    pipelines: list[PipelineConfig],
+    request: RunRequest,
+    spark: SparkSession | None,
+    install_signal_handlers: Callable[[Callable[[], None]], None] | None,
+) -> dict[str, dict[str, Any]]:
     spark = spark or get_session(request.master)
     runs: list[PipelineRun] = []
     payloads: dict[str, dict[str, Any]] = {}
-    for pipeline in request.pipelines:
+    for pipeline in pipelines:
         state = PipelineState(request.state_dir, pipeline.id)
         try:
             check_plan(spark, pipeline)
@@ -108,7 +160,7 @@ def run_pipelines(
         install_signal_handlers(stop_all)
     if request.recover:
         payloads.update(_run_recovering(runs, request))
-        return [payloads[p.id] for p in request.pipelines]
+        return payloads
     for run in runs:
         logger.info(
             "%s: starting (%s)", run.pipeline.id, "until idle" if request.until_idle else "continuous"
@@ -116,7 +168,7 @@ def run_pipelines(
         run.start()
     for run in runs:
         payloads[run.pipeline.id] = run.wait()
-    return [payloads[p.id] for p in request.pipelines]
+    return payloads
 
 
 def _run_recovering(runs: list[PipelineRun], request: RunRequest) -> dict[str, dict[str, Any]]:
@@ -154,8 +206,13 @@ def run_pipeline(
 ) -> dict[str, Any]:
     """Run one pipeline in an existing session (tests, notebooks); returns its exit payload."""
     state = PipelineState(Path(state_dir), pipeline.id)
-    try:
-        check_plan(spark, pipeline)
-    except PlanError as error:
-        return config_failure(pipeline, state, str(error))
-    return PipelineRun(spark, pipeline, state, options or RunOptions()).start().wait()
+    with ExitStack() as locks:
+        try:
+            lock_run(locks, state)
+        except PipelineLocked as locked:
+            return refused(pipeline, state, locked)
+        try:
+            check_plan(spark, pipeline)
+        except PlanError as error:
+            return config_failure(pipeline, state, str(error))
+        return PipelineRun(spark, pipeline, state, options or RunOptions()).start().wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,6 +156,49 @@ def test_sigterm_stops_gracefully_after_the_batch_in_flight(pipeline_file, tmp_p
     assert keys == [k for k in range(payload["records"]["read"]) if k % 500 != 7]
 
 
+def test_a_second_run_of_a_running_pipeline_is_refused_at_once_naming_the_first(pipeline_file, tmp_path):
+    state = tmp_path / "state"
+    first = subprocess.Popen(
+        [*CLI, "run", str(pipeline_file), "--state-dir", str(state)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, **env_for(tmp_path, 100_000, 400)},
+    )
+    try:
+        wait_for(lambda: len(commits(state)) >= 1, 120, "a committed batch")
+        status_before = (state / "clitest" / "status.json").read_text()
+        second = cli(
+            "run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 10, 0)
+        )
+        assert second.returncode == 75, second.stderr[-3000:]
+        payload = json.loads(second.stdout.strip().splitlines()[-1])
+        assert payload["status"] == "failed" and payload["records"]["read"] == 0
+        assert payload["error"]["kind"] == "transient" and payload["error"]["code"] == "pipeline_locked"
+        assert f"pid {first.pid}" in payload["error"]["message"]
+        assert socket.gethostname() in payload["error"]["message"]
+        # The refused run left the running one's status and exit payload alone; the audit log says it.
+        assert not (state / "clitest" / "exit.json").exists()
+        assert (
+            json.loads(status_before)["started_at"]
+            == json.loads((state / "clitest" / "status.json").read_text())["started_at"]
+        )
+        audit = [json.loads(line) for line in (state / "clitest" / "audit.jsonl").read_text().splitlines()]
+        assert [e["holder"]["pid"] for e in audit if e["event"] == "refused"] == [first.pid]
+        status = json.loads(cli("status", "--state-dir", str(state), "--json").stdout)
+        assert status[0]["status"] == "running" and status[0]["engine"]["pid"] == first.pid
+        assert f"pid {first.pid}" in cli("status", "--state-dir", str(state)).stdout
+
+        assert cli("stop", "clitest", "--state-dir", str(state)).returncode == 0
+        first.communicate(timeout=120)
+    finally:
+        first.kill()
+    assert first.returncode == 0
+    assert json.loads(cli("status", "--state-dir", str(state), "--json").stdout)[0]["engine"] is None
+    keys = [int(text(r["key"])) for r in read_jsonl(tmp_path / "out")]
+    assert len(keys) == len(set(keys))
+
+
 def test_sigkill_mid_run_loses_no_acknowledged_record(pipeline_file, tmp_path):
     state = tmp_path / "state"
     process = subprocess.Popen(
@@ -173,6 +217,9 @@ def test_sigkill_mid_run_loses_no_acknowledged_record(pipeline_file, tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
     acknowledged = len(commits(state))
     assert acknowledged > 0
+    # The kernel dropped the killed engine's run lock: status says no engine runs it, the restart runs.
+    status = json.loads(cli("status", "--state-dir", str(state), "--json").stdout)
+    assert status[0]["status"] == "running" and status[0]["engine"] is None
     # Restart from the checkpoint; at full speed until the source is drained.
     result = cli(
         "run", str(pipeline_file), "--until-idle", "--state-dir", str(state), env=env_for(tmp_path, 3000, 0)
