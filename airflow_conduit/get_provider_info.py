@@ -99,6 +99,19 @@ def get_provider_info() -> dict[str, Any]:
                 ),
                 "options": {
                     **_RECOVERY_OPTIONS,
+                    "deferral_threshold": {
+                        "description": (
+                            "A deferrable operator or sensor waits shorter than this in the worker and "
+                            "defers only longer waits to the triggerer; a trigger never fires sooner than "
+                            "this after its task deferred. It must cover the hand-over of a deferring "
+                            "worker (its exit reaching the scheduler), or the resumed task can be failed "
+                            "by its own earlier worker's exit. A duration such as ``30s``.\n"
+                        ),
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "1m",
+                        "default": "30s",
+                    },
                     "state_dirs": {
                         "description": (
                             "State dirs the Conduit pages of the UI (``/conduit``) list pipelines from, "

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.assets import dlq_asset
-from airflow_conduit.errors import EXIT_CONFIG
+from airflow_conduit.errors import EXIT_CONFIG, EXIT_TRANSIENT, Code
 from airflow_conduit.hooks.exceptions import (
     ConduitPipelineError,
     PipelineConfigError,
@@ -22,11 +23,14 @@ from airflow_conduit.hooks.exceptions import (
     PipelineTransientError,
 )
 from airflow_conduit.plugins.links import ConduitPipelineLink
+from airflow_conduit.recovery.decision import parse_time
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
-from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
+from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration, parse_duration
 from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy
 from airflow_conduit.recovery.runner import wait_until
-from airflow_conduit.state import PipelineState, read_json, write_json_atomic
+from airflow_conduit.run_lock import OWNER_ENV, TRY_ENV, LockHolder, current_holder
+from airflow_conduit.state import PipelineState, read_json, utc_now, write_json_atomic
+from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.recovery import PipelineRecoveryTrigger
 
 if TYPE_CHECKING:
@@ -101,7 +105,11 @@ class ConduitPipelineOperator(BaseOperator):
     :param recovery: a :class:`RecoveryPolicy`; by default the ``[conduit]`` configuration section;
         ``None`` leaves transient failures to Airflow's retries
     :param spark_conn_id: the Spark connection; its host is the master (templated)
-    :param deferrable: wait out restart backoffs in the triggerer rather than in the worker
+    :param deferrable: wait out restart backoffs of at least ``deferral_threshold`` in the triggerer
+        rather than in the worker
+    :param deferral_threshold: the shortest backoff worth deferring (default: ``[conduit]
+        deferral_threshold``, 30 s); shorter ones are waited out in the worker, since a deferring worker
+        must have exited before its trigger may fire
     :param conf: Spark configuration properties (templated)
     :param env_vars: environment of the job, e.g. for ``${VAR}`` in the pipeline file (templated)
     :param python: the Python of the Spark driver and executors (default: the worker's interpreter)
@@ -135,6 +143,7 @@ class ConduitPipelineOperator(BaseOperator):
         recovery: RecoveryPolicy | _RecoveryFromConfig | None = RECOVERY_FROM_CONFIG,
         spark_conn_id: str = "spark_default",
         deferrable: bool = True,
+        deferral_threshold: timedelta | float | None = None,
         conf: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, Any] | None = None,
         python: str | None = None,
@@ -158,6 +167,7 @@ class ConduitPipelineOperator(BaseOperator):
         self.recovery = recovery
         self.spark_conn_id = spark_conn_id
         self.deferrable = deferrable
+        self.deferral_threshold = deferral_threshold
         self.conf = dict(conf or {})
         self.env_vars = dict(env_vars or {})
         self.python = python
@@ -166,6 +176,7 @@ class ConduitPipelineOperator(BaseOperator):
         self.stop_timeout = stop_timeout
         self.emit_dlq_asset = emit_dlq_asset
         self.application = application
+        self._reattached = False
         if emit_dlq_asset:
             asset = dlq_asset(pipeline_id)
             if asset not in self.outlets:
@@ -199,6 +210,14 @@ class ConduitPipelineOperator(BaseOperator):
 
         return policy_from_airflow_config()
 
+    def resolve_deferral_threshold(self) -> timedelta:
+        """The shortest backoff that is deferred: ``deferral_threshold=``, else ``[conduit]``."""
+        if self.deferral_threshold is not None:
+            return parse_duration(self.deferral_threshold, name="deferral_threshold")
+        from airflow_conduit.recovery.config import deferral_threshold_from_airflow_config
+
+        return deferral_threshold_from_airflow_config()
+
     @property
     def _state(self) -> PipelineState:
         return PipelineState.of(self._abs_state_dir, self.pipeline_id)
@@ -229,6 +248,7 @@ class ConduitPipelineOperator(BaseOperator):
                 pipeline_id=self.pipeline_id,
                 state_dir=self._abs_state_dir,
             )
+        self._name_the_engine(context)
         recovery = self._recovery()
         how = (
             "Airflow retries"
@@ -250,6 +270,7 @@ class ConduitPipelineOperator(BaseOperator):
         self, context: Context, event: dict[str, Any], runs: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:
         """Resumes after :class:`PipelineRecoveryTrigger`: restarts the pipeline, or stops it."""
+        self._name_the_engine(context)
         recovery = self._recovery()
         runs = list(runs or (event.get("carry") or {}).get("runs") or [])
         if event.get("status") == "stop_requested":
@@ -269,12 +290,12 @@ class ConduitPipelineOperator(BaseOperator):
         state = recovery.state
         while True:
             recovery.mark_restarted()
-            run = self.hook.run_pipeline(
+            run = self._reattach(context) or self.hook.run_pipeline(
                 pipeline_file=self._resolve_pipeline_file(),
                 pipeline_id=self.pipeline_id,
                 state_dir=self._abs_state_dir,
                 mode=self.mode,  # type: ignore[arg-type]
-                stop_after=self.stop_after if self.mode == "continuous" else None,
+                stop_after=self._stop_after_seconds(),
             )
             runs.append(_run_summary(run))
             self._log_run(run)
@@ -306,7 +327,13 @@ class ConduitPipelineOperator(BaseOperator):
                     f"{_describe(run.payload)}",
                     **error_kwargs,
                 )
-            if self.deferrable:
+            threshold = self.resolve_deferral_threshold()
+            if self.deferrable and decision.delay >= threshold:
+                self.log.info(
+                    "Restart attempt %d in %s: deferring to the triggerer",
+                    decision.attempt,
+                    format_duration(decision.delay),
+                )
                 self.defer(
                     trigger=PipelineRecoveryTrigger(
                         pipeline_id=self.pipeline_id,
@@ -315,9 +342,16 @@ class ConduitPipelineOperator(BaseOperator):
                         attempt=decision.attempt,
                         delay=decision.delay.total_seconds(),
                         carry={"runs": runs},
+                        not_before=not_before(threshold),
                     ),
                     method_name="execute_complete",
                 )
+            self.log.info(
+                "Restart attempt %d in %s: waiting in the worker%s",
+                decision.attempt,
+                format_duration(decision.delay),
+                f" (deferring pays from {format_duration(threshold)})" if self.deferrable else "",
+            )
             if not wait_until(
                 decision.start_at, clock=recovery.clock, stop_requested=lambda: state.stop_requested
             ):
@@ -325,8 +359,90 @@ class ConduitPipelineOperator(BaseOperator):
                 return self._finish(context, None, runs, outcome="cancelled")
 
     def on_kill(self) -> None:
+        if self._reattached:
+            # Not our child process: ask the engine we reattached to for a graceful stop.
+            self._state.request_stop()
         if "hook" in self.__dict__:
             self.hook.on_kill()
+
+    # one engine per pipeline ---------------------------------------------------------------------
+    @staticmethod
+    def _owner(context: Context) -> str | None:
+        """Who the engine works for: this task instance across its tries (DAG, task, run, map index)."""
+        ti = context.get("ti")
+        if ti is None:
+            return None
+        return f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{getattr(ti, 'map_index', -1)}"
+
+    def _name_the_engine(self, context: Context) -> None:
+        """Put this task instance into the engine's lock (``run.lock``), so a retry recognises it."""
+        owner = self._owner(context)
+        if owner is not None:
+            self.hook.env_vars[OWNER_ENV] = owner
+            self.hook.env_vars[TRY_ENV] = str(getattr(context.get("ti"), "try_number", "") or "")
+
+    def _stop_after_seconds(self) -> float | None:
+        if self.mode != "continuous" or self.stop_after is None:
+            return None
+        return parse_duration(self.stop_after, name="stop_after").total_seconds()
+
+    def _reattach(self, context: Context) -> PipelineRun | None:
+        """Watch an engine an earlier try of this task left running, instead of submitting a second.
+
+        The earlier try's worker died (killed, lost its node) but its engine runs on in its own session
+        and holds the pipeline's run lock. As with Airflow's ``ResumableJobMixin``, the retry reattaches:
+        it waits for that engine to end and takes its exit payload as this run's. An engine of anyone
+        else is not waited for: it refuses the new run (exit 75), and recovery decides what follows.
+        """
+        state = self._state
+        holder = current_holder(state.root)
+        owner = self._owner(context)
+        if holder is None:
+            return None
+        if owner is None or holder.owner != owner:
+            self.log.warning(
+                "Pipeline %s is being run by another engine (%s); the new run will be refused while it runs",
+                self.pipeline_id,
+                holder.describe(),
+            )
+            return None
+        self.log.warning(
+            "Reattaching to pipeline %s's engine left running by an earlier try (%s) instead of "
+            "submitting a second one",
+            self.pipeline_id,
+            holder.describe(),
+        )
+        ti = context.get("ti")
+        state.audit("reattached", holder=holder.to_dict(), try_number=getattr(ti, "try_number", None))
+        self._reattached = True
+        try:
+            return self._watch(state, holder)
+        finally:
+            self._reattached = False
+
+    def _watch(self, state: PipelineState, holder: LockHolder) -> PipelineRun:
+        from airflow_conduit.hooks.conduit import PipelineRun
+
+        started = parse_time(holder.started_at)
+        stop_after = self._stop_after_seconds()
+        while current_holder(state.root) is not None:
+            running_for = (datetime.now(UTC) - started).total_seconds()
+            if stop_after is not None and running_for >= stop_after and not state.stop_requested:
+                self.log.info("Requesting a graceful stop of pipeline %s (stop_after)", self.pipeline_id)
+                state.request_stop()
+            time.sleep(1.0)
+        payload = state.read_exit_payload()
+        if not payload or parse_time(payload.get("started_at") or "1970-01-01T00:00:00Z") < started:
+            payload = _lost_engine_payload(self.pipeline_id, holder)
+        return PipelineRun(
+            pipeline_id=self.pipeline_id,
+            state_dir=self._abs_state_dir,
+            payload=payload,
+            payload_source="state_dir",
+            returncode=None,
+            submitted_at=started,
+            ended_at=datetime.now(UTC),
+        )
 
     # results -------------------------------------------------------------------------------------
     def _log_run(self, run: PipelineRun) -> None:
@@ -417,6 +533,20 @@ class ConduitPipelineOperator(BaseOperator):
             asset.uri,
         )
         return extra
+
+
+def _lost_engine_payload(pipeline_id: str, holder: LockHolder) -> dict[str, Any]:
+    """How a reattached engine ended when it left no exit payload: killed, so transient."""
+    message = f"the engine ({holder.describe()}) ended without an exit payload (killed?)"
+    return {
+        "pipeline": pipeline_id,
+        "status": "failed",
+        "exit_code": EXIT_TRANSIENT,
+        "error": {"kind": "transient", "code": Code.SPARK_FAILED, "message": message, "node": None},
+        "records": {},
+        "started_at": holder.started_at,
+        "ended_at": utc_now(),
+    }
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:

@@ -6,10 +6,16 @@ Airflow is imported only when this is called, so the CLI can use the rest of ``r
 from __future__ import annotations
 
 from dataclasses import fields
+from datetime import timedelta
 
-from airflow_conduit.recovery.policy import RecoveryPolicy
+from airflow_conduit.recovery.policy import RecoveryPolicy, parse_duration
 
 SECTION = "conduit"
+
+DEFAULT_DEFERRAL_THRESHOLD = timedelta(seconds=30)
+"""Waits shorter than this stay in the worker: a worker that defers takes seconds to exit (5 s measured
+under ``airflow standalone``), and a trigger that fires before its exit reached the scheduler gets the
+resumed task failed."""
 
 
 def policy_from_airflow_config(*, base: RecoveryPolicy | None = None) -> RecoveryPolicy:
@@ -28,3 +34,16 @@ def policy_from_airflow_config(*, base: RecoveryPolicy | None = None) -> Recover
         if value is not None:
             settings[f.name] = value
     return RecoveryPolicy.from_settings(settings, base=base)
+
+
+def deferral_threshold_from_airflow_config() -> timedelta:
+    """``[conduit] deferral_threshold``: the shortest wait worth deferring (default 30 s)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    value = conf.get(SECTION, "deferral_threshold", fallback=None)
+    if value in (None, ""):
+        return DEFAULT_DEFERRAL_THRESHOLD
+    threshold = parse_duration(value, name=f"[{SECTION}] deferral_threshold")
+    if threshold < timedelta(0):
+        raise ValueError(f"[{SECTION}] deferral_threshold must not be negative, got {value!r}")
+    return threshold

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,7 +12,9 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_conduit.hooks.exceptions import PipelineDegradedError, PipelineTransientError
 from airflow_conduit.recovery.decision import format_time, parse_time
+from airflow_conduit.recovery.policy import format_duration, parse_duration
 from airflow_conduit.state import PipelineState
+from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.status import PipelineStatusTrigger, check_pipeline
 
 if TYPE_CHECKING:
@@ -32,7 +35,11 @@ class ConduitPipelineSensor(BaseSensorOperator):
         datetime; templated, e.g. ``"{{ dag_run.start_date }}"``)
     :param failed_grace: seconds a ``failed`` status must last before it counts (recovery may be about
         to take over)
-    :param deferrable: poll in the triggerer
+    :param deferrable: poll in the triggerer once the pipeline has not stopped within
+        ``deferral_threshold``
+    :param deferral_threshold: how long to poll in the worker before deferring (default: ``[conduit]
+        deferral_threshold``, 30 s); the trigger also holds its event that long after the deferral, so
+        the resumed sensor never races the worker that deferred
     """
 
     template_fields: Sequence[str] = ("pipeline_id", "state_dir", "newer_than")
@@ -46,6 +53,7 @@ class ConduitPipelineSensor(BaseSensorOperator):
         newer_than: str | datetime | None = None,
         failed_grace: float = 10.0,
         deferrable: bool = True,
+        deferral_threshold: timedelta | float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -54,6 +62,15 @@ class ConduitPipelineSensor(BaseSensorOperator):
         self.newer_than = newer_than
         self.failed_grace = failed_grace
         self.deferrable = deferrable
+        self.deferral_threshold = deferral_threshold
+
+    def resolve_deferral_threshold(self) -> timedelta:
+        """How long to poll in the worker first: ``deferral_threshold=``, else ``[conduit]``."""
+        if self.deferral_threshold is not None:
+            return parse_duration(self.deferral_threshold, name="deferral_threshold")
+        from airflow_conduit.recovery.config import deferral_threshold_from_airflow_config
+
+        return deferral_threshold_from_airflow_config()
 
     def _newer_than(self) -> datetime | None:
         if self.newer_than in (None, ""):
@@ -68,12 +85,23 @@ class ConduitPipelineSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        result = self._check()
-        if result["terminal"]:
-            return self._finish(result)
+        threshold = self.resolve_deferral_threshold()
+        in_worker_until = time.monotonic() + threshold.total_seconds()
+        while True:  # short waits stay in the worker; deferring pays only for longer ones
+            result = self._check()
+            if result["terminal"]:
+                return self._finish(result)
+            if time.monotonic() >= in_worker_until:
+                break
+            time.sleep(max(0.1, min(self.poke_interval, in_worker_until - time.monotonic())))
 
         newer_than = self._newer_than()
-        self.log.info("Pipeline %s is %s; deferring", self.pipeline_id, result["status"])
+        self.log.info(
+            "Pipeline %s is %s after %s; deferring",
+            self.pipeline_id,
+            result["status"],
+            format_duration(threshold),
+        )
         self.defer(
             trigger=PipelineStatusTrigger(
                 pipeline_id=self.pipeline_id,
@@ -81,6 +109,7 @@ class ConduitPipelineSensor(BaseSensorOperator):
                 poll_interval=self.poke_interval,
                 newer_than=format_time(newer_than) if newer_than else None,
                 failed_grace=self.failed_grace,
+                not_before=not_before(threshold),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) if self.timeout else None,

@@ -11,6 +11,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_conduit.recovery.decision import format_time, parse_time
 from airflow_conduit.state import PipelineState
+from airflow_conduit.triggers.hand_over import wait_for_hand_over
 
 
 class PipelineRecoveryTrigger(BaseTrigger):
@@ -33,6 +34,8 @@ class PipelineRecoveryTrigger(BaseTrigger):
     :param poll_interval: how often a stop request is looked for, in seconds
     :param carry: JSON-safe data handed back unchanged in the event (the operator's runs so far), so
         the resumed task has it whichever way the event reaches it
+    :param not_before: no event before this time (ISO-8601 UTC), also not a stop: the deferring
+        worker's hand-over (:mod:`~airflow_conduit.triggers.hand_over`)
     """
 
     def __init__(
@@ -45,6 +48,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
         delay: float,
         poll_interval: float = 1.0,
         carry: dict[str, Any] | None = None,
+        not_before: str | None = None,
     ) -> None:
         super().__init__()
         self.pipeline_id = pipeline_id
@@ -54,6 +58,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
         self.delay = float(delay)
         self.poll_interval = float(poll_interval)
         self.carry = carry
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -66,6 +71,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
                 "delay": self.delay,
                 "poll_interval": self.poll_interval,
                 "carry": self.carry,
+                "not_before": self.not_before,
             },
         )
 
@@ -89,6 +95,7 @@ class PipelineRecoveryTrigger(BaseTrigger):
         self.log.info(
             "Pipeline %s recovering: restart attempt %d at %s", self.pipeline_id, self.attempt, self.start_at
         )
+        await wait_for_hand_over(self.not_before)
         while True:
             if state.stop_requested:
                 yield self._event("stop_requested")

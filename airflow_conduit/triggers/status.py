@@ -12,6 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_conduit.recovery.decision import format_time, parse_time
 from airflow_conduit.recovery.runner import classify
 from airflow_conduit.state import PipelineState
+from airflow_conduit.triggers.hand_over import wait_for_hand_over
 
 TERMINAL = ("stopped", "degraded", "failed")
 
@@ -97,6 +98,8 @@ class PipelineStatusTrigger(BaseTrigger):
     :param poll_interval: seconds between polls
     :param newer_than: ISO-8601 time; a status written before it is an earlier run's and is ignored
     :param failed_grace: seconds a ``failed`` status must last to count as final
+    :param not_before: no event before this time (ISO-8601 UTC): the deferring worker's hand-over
+        (:mod:`~airflow_conduit.triggers.hand_over`)
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class PipelineStatusTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         newer_than: str | None = None,
         failed_grace: float = 10.0,
+        not_before: str | None = None,
     ) -> None:
         super().__init__()
         self.pipeline_id = pipeline_id
@@ -114,6 +118,7 @@ class PipelineStatusTrigger(BaseTrigger):
         self.poll_interval = float(poll_interval)
         self.newer_than = format_time(parse_time(newer_than)) if newer_than else None
         self.failed_grace = float(failed_grace)
+        self.not_before = not_before
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -124,6 +129,7 @@ class PipelineStatusTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "newer_than": self.newer_than,
                 "failed_grace": self.failed_grace,
+                "not_before": self.not_before,
             },
         )
 
@@ -131,8 +137,13 @@ class PipelineStatusTrigger(BaseTrigger):
         state = PipelineState.of(self.state_dir, self.pipeline_id)
         newer_than = parse_time(self.newer_than) if self.newer_than else None
         last = None
+        handed_over = self.not_before is None
         while True:
             result = check_pipeline(state, newer_than=newer_than, failed_grace=self.failed_grace)
+            if result["terminal"] and not handed_over:
+                await wait_for_hand_over(self.not_before)
+                handed_over = True
+                continue  # look again: the status may have moved on meanwhile
             if result["terminal"]:
                 yield TriggerEvent(result)
                 return

@@ -5,6 +5,10 @@ scenario ``{"runs": [{"exit_code": 75, "error": {...}, "records": {...}, "dlq": 
 entry n (the last one repeats). It writes what the engine writes - status, audit events, the exit payload
 (``"write_exit_json": false`` leaves it out), DLQ records - and prints the payload as its last line
 (``"print_payload": false`` does not).
+
+``"detach_seconds": N`` plays an engine whose worker died under it: a process in its own session takes
+the pipeline's run lock (named after the task, as the real engine does), ends gracefully N seconds
+later, while this run reports a transient failure at once.
 """
 
 from __future__ import annotations
@@ -12,12 +16,44 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 from airflow_conduit.state import PipelineState, utc_now
 
 STATUS = {0: "stopped", 1: "degraded", 2: "degraded", 75: "failed"}
+
+DETACHED = """
+import json, sys, time
+from pathlib import Path
+from airflow_conduit.run_lock import LockHolder, RunLock
+from airflow_conduit.state import PipelineState, utc_now
+state = PipelineState.of(sys.argv[1], sys.argv[2])
+lock = RunLock(state.root, state.pipeline_id)
+started = utc_now()
+lock.acquire(LockHolder.of_this_process(started))
+print("locked", flush=True)
+time.sleep(float(sys.argv[3]))
+records = {"read": 7, "acked": 7, "filtered": 0, "nacked": 0, "dlq": 0, "written": {}}
+payload = {"pipeline": state.pipeline_id, "status": "stopped", "exit_code": 0, "error": None,
+           "records": records, "batches": 1, "started_at": started, "ended_at": utc_now()}
+state.write_exit_payload(payload)
+state.write_status("stopped", error=None)
+state.audit("stopped", detached=True)
+lock.release()
+"""
+
+
+def detach(state: PipelineState, seconds: float) -> None:
+    """Start the engine that outlives its worker; return once it holds the lock."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", DETACHED, str(state.state_dir), state.pipeline_id, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert child.stdout is not None and child.stdout.readline().strip() == "locked"
 
 
 def dlq_line(pipeline: str, n: int, i: int, code: str) -> str:
@@ -59,6 +95,8 @@ def main(argv: list[str]) -> int:
     runs = scenario["runs"]
     run = runs[min(n, len(runs) - 1)]
     started = utc_now()
+    if "detach_seconds" in run:
+        detach(state, float(run["detach_seconds"]))
     state.write_status("running", error=None)
     state.audit("started", run=n + 1, until_idle=args.until_idle)
     dlq = int(run.get("dlq", 0))

@@ -269,7 +269,8 @@ def test_deferrable_sensor_watches_a_pipeline_started_by_the_cli(airflow_env, tm
         from airflow_conduit.sensors.pipeline import ConduitPipelineSensor
         with DAG("e2e_sensor", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             ConduitPipelineSensor(task_id="watch", pipeline_id="clicks", state_dir={str(state_dir)!r},
-                                  newer_than={started.isoformat()!r}, poke_interval=1, deferrable=True)
+                                  newer_than={started.isoformat()!r}, poke_interval=1, deferrable=True,
+                                  deferral_threshold=2)
         """,
     )
     try:

@@ -7,6 +7,8 @@ recovery path is covered quickly; ``test_engine_e2e.py`` runs the real engine.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -66,12 +68,14 @@ def fake_runs(state: PipelineState) -> int:
 
 
 def test_transient_failures_are_recovered_in_the_same_task_deferred(airflow_env, tmp_path):
+    """Backoffs of 1 s and 2 s with a deferral threshold of 2 s: the first in the worker, the second
+    deferred."""
     dag, state = pipeline_dag(
         airflow_env,
         tmp_path,
         "op_recovers",
         [TRANSIENT, TRANSIENT, ok(acked=5, dlq=2)],
-        "recovery=RecoveryPolicy(min_delay=1, max_retries=3), deferrable=True",
+        "recovery=RecoveryPolicy(min_delay=1, max_retries=3), deferrable=True, deferral_threshold=2",
     )
     r = airflow_env.run_dag(dag, "op_recovers")
     assert r["state"] == "success"
@@ -89,12 +93,31 @@ def test_transient_failures_are_recovered_in_the_same_task_deferred(airflow_env,
         ("started",),
         ("stopped",),
     ]
-    assert r["log"].count("[DAG TEST] running trigger in line") == 2
+    assert r["log"].count("[DAG TEST] running trigger in line") == 1
+    assert "Restart attempt 1 in 1s: waiting in the worker (deferring pays from 2s)" in r["log"]
+    assert "Restart attempt 2 in 2s: deferring to the triggerer" in r["log"]
     xcom = r["xcom"]["run"]
     assert xcom["restarts"] == 2 and xcom["records"]["acked"] == 5
     assert len(xcom["return_value"]["runs"]) == 3
     assert [e["extra"]["records"] for e in r["asset_events"]] == [2]
     assert json.loads((state.root / "recovery.json").read_text())["restarts"] == []
+
+
+def test_backoffs_shorter_than_the_default_threshold_are_waited_out_in_the_worker(airflow_env, tmp_path):
+    """Deferring a 1 s backoff lets the trigger fire before the deferring worker has exited; a real
+    scheduler then fails the resumed task. Deferrable or not, such waits stay in the worker."""
+    dag, state = pipeline_dag(
+        airflow_env,
+        tmp_path,
+        "op_short_backoff",
+        [TRANSIENT, ok()],
+        "recovery=RecoveryPolicy(min_delay=1, max_retries=3), deferrable=True",
+    )
+    r = airflow_env.run_dag(dag, "op_short_backoff")
+    assert r["tasks"]["run"]["state"] == "success"
+    assert fake_runs(state) == 2
+    assert "running trigger in line" not in r["log"]
+    assert "Restart attempt 1 in 1s: waiting in the worker (deferring pays from 30s)" in r["log"]
 
 
 def test_never_clearing_failure_degrades_after_one_plus_max_retries(airflow_env, tmp_path):
@@ -229,6 +252,28 @@ def test_retry_policy_path_uses_airflow_retries(airflow_env, tmp_path):
     assert "Retry policy decision" in r["log"]
 
 
+def test_a_retry_reattaches_to_the_engine_its_earlier_try_left_running(airflow_env, tmp_path):
+    """Try 1's engine outlives it (its worker died); try 2 watches that engine instead of submitting a
+    second one beside it, and takes its exit payload."""
+    dag, state = pipeline_dag(
+        airflow_env,
+        tmp_path,
+        "op_reattach",
+        [{**TRANSIENT, "detach_seconds": 6}, ok(acked=99)],
+        "recovery=None, retries=1, retry_delay=timedelta(seconds=1)",
+    )
+    r = airflow_env.run_dag(dag, "op_reattach")
+    task = r["tasks"]["run"]
+    assert task["state"] == "success" and task["try_number"] == 2
+    assert fake_runs(state) == 1  # try 2 submitted nothing
+    reattached = [e for e in state.read_audit() if e["event"] == "reattached"]
+    assert len(reattached) == 1 and reattached[0]["try_number"] == 2
+    assert reattached[0]["holder"]["owner"].startswith("op_reattach/run/")
+    assert reattached[0]["holder"]["try_number"] == 1
+    assert "Reattaching to pipeline p's engine left running by an earlier try" in r["log"]
+    assert r["xcom"]["run"]["records"]["acked"] == 7  # the detached engine's payload, not ok(acked=99)
+
+
 def test_retry_policy_path_degrades_when_the_window_is_used_up(airflow_env, tmp_path):
     dag, state = pipeline_dag(
         airflow_env,
@@ -305,6 +350,44 @@ def test_sensor_succeeds_on_graceful_stop(airflow_env, tmp_path, deferrable):
     r = airflow_env.run_dag(dag, dag_id)
     assert r["tasks"]["watch"]["state"] == "success"
     assert r["xcom"]["watch"]["return_value"]["records"] == {"acked": 9}
+
+
+def stop_later(state: PipelineState, seconds: float) -> threading.Thread:
+    """The watched pipeline stops ``seconds`` after the DAG run began."""
+
+    def stop() -> None:
+        time.sleep(seconds)
+        state.write_exit_payload(
+            {"pipeline": "p", "status": "stopped", "exit_code": 0, "records": {"acked": 4}}
+        )
+        state.write_status("stopped")
+
+    thread = threading.Thread(target=stop, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_deferrable_sensor_polls_in_the_worker_before_it_defers(airflow_env, tmp_path):
+    """A pipeline that stops within the threshold is seen from the worker: no deferral, no hand-over."""
+    dag, state = sensor_dag(airflow_env, tmp_path, "sensor_short", "deferrable=True")
+    state.write_status("running")
+    stopper = stop_later(state, 15)  # dag.test() takes 5-8 s to start the sensor here
+    r = airflow_env.run_dag(dag, "sensor_short")
+    stopper.join()
+    assert r["tasks"]["watch"]["state"] == "success"
+    assert r["xcom"]["watch"]["return_value"]["records"] == {"acked": 4}
+    assert "running trigger in line" not in r["log"]
+
+
+def test_deferrable_sensor_defers_past_its_threshold(airflow_env, tmp_path):
+    dag, state = sensor_dag(airflow_env, tmp_path, "sensor_long", "deferrable=True, deferral_threshold=1")
+    state.write_status("running")
+    stopper = stop_later(state, 8)
+    r = airflow_env.run_dag(dag, "sensor_long")
+    stopper.join()
+    assert r["tasks"]["watch"]["state"] == "success"
+    assert "Pipeline p is running after 1s; deferring" in r["log"]
+    assert "running trigger in line" in r["log"]
 
 
 def test_sensor_fails_without_retry_when_degraded(airflow_env, tmp_path):

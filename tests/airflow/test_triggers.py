@@ -51,6 +51,7 @@ def test_recovery_trigger_serialize_round_trip(tmp_path):
         "delay": 4.0,
         "poll_interval": 1.0,
         "carry": {"runs": [{"exit_code": 75}]},
+        "not_before": None,
     }
 
 
@@ -111,7 +112,43 @@ def test_recovery_trigger_stops_on_stop_request(tmp_path):
     assert first_event(t).payload["status"] == "stop_requested"
 
 
+def parse(moment: str) -> datetime:
+    return datetime.fromisoformat(moment.replace("Z", "+00:00"))
+
+
+def test_recovery_trigger_holds_even_a_stop_until_the_deferring_worker_has_handed_over(tmp_path):
+    """A stop requested right after the task deferred must not resume it before ``not_before``."""
+    state = PipelineState.of(tmp_path, "p")
+    state.request_stop()
+    hand_over = datetime.now(UTC) + timedelta(seconds=1.5)
+    t = PipelineRecoveryTrigger(
+        pipeline_id="p",
+        state_dir=str(tmp_path),
+        start_at=datetime.now(UTC) + timedelta(hours=1),
+        attempt=1,
+        delay=3600,
+        not_before=format_time(hand_over),
+    )
+    assert round_trip(t)[1]["not_before"] == format_time(hand_over)
+    event = first_event(t)
+    assert event.payload["status"] == "stop_requested"
+    assert parse(event.payload["fired_at"]) >= hand_over
+
+
 # status ------------------------------------------------------------------------------------------
+def test_status_trigger_holds_a_final_status_until_the_hand_over_and_looks_again(tmp_path):
+    state = PipelineState.of(tmp_path, "p")
+    state.write_status("stopped")
+    hand_over = datetime.now(UTC) + timedelta(seconds=1.5)
+    t = PipelineStatusTrigger(
+        pipeline_id="p", state_dir=str(tmp_path), poll_interval=0.1, not_before=format_time(hand_over)
+    )
+    assert round_trip(t)[1]["not_before"] == format_time(hand_over)
+    event = first_event(t)
+    assert event.payload["status"] == "stopped"
+    assert parse(event.payload["checked_at"]) >= hand_over  # the status it reports was read after it
+
+
 def test_status_trigger_serialize_round_trip(tmp_path):
     t = PipelineStatusTrigger(
         pipeline_id="clicks", state_dir=str(tmp_path), poll_interval=2, newer_than="2026-01-01T00:00:00+00:00"
