@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui chaos lint bench bench-postgres clean
+.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint bench bench-postgres clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,7 @@ demo-cli: $(STAMP)
 # make test: everything but the slow end-to-end Airflow runs of the real engine, which have their own
 # target (CI runs both).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster and not ui and not chaos"
+	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster and not ui and not chaos and not deploy"
 
 # The scale-out test: a Spark standalone master and worker on loopback, the same pipeline there and on
 # local[2] (tests/cluster is outside testpaths and marked cluster, so make test never starts it).
@@ -50,6 +50,12 @@ ui: $(STAMP)
 # Exactly once under SIGKILL at random moments and a PostgreSQL outage (tests/chaos, outside testpaths).
 chaos: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m chaos tests/chaos
+
+# The docker-compose topology on loopback without Docker (tests/deploy, outside testpaths): PostgreSQL as
+# the metadata DB, api-server, scheduler (LocalExecutor), dag-processor and triggerer as their own
+# processes, a Spark standalone master and worker; DAG runs triggered and followed through the REST API.
+deploy: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -s -m deploy tests/deploy
 
 test-e2e: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m engine tests/airflow
