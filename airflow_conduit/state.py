@@ -14,6 +14,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     decisions/      a decided micro-batch until every output published it (engine/decisions.py)
     stop            present while a graceful stop is requested
     acked.jsonl     positions acknowledged by ``airflow-conduit ack``: the engine skips those records
+    logs/           spark-submit's output of the newest Airflow runs (``hooks/conduit.py``)
 """
 
 from __future__ import annotations
@@ -107,6 +108,10 @@ class PipelineState:
     @property
     def acked_file(self) -> Path:
         return self.root / "acked.jsonl"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
 
     # status -------------------------------------------------------------------------------------
     def read_status(self) -> dict[str, Any] | None:

@@ -151,6 +151,7 @@ class PipelineRun:
         except Exception as failure:  # a Spark or Py4J failure: the exit payload is still written
             if self.error is None:
                 self.error = classify_failure(failure)
+                log_failure(self.pipeline.id, self.error, failure)
         except KeyboardInterrupt:
             query.stop()
             self.error = PipelineError("transient", Code.INTERRUPTED, "interrupted", None)
@@ -206,11 +207,20 @@ class PipelineRun:
         return payload
 
 
+MESSAGE_LIMIT = 500
+"""The most characters of a failure the exit payload's error message keeps (the log has all of it)."""
+
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(: |$)")
+_CAUSED_BY = re.compile(r"^Caused by: (.+)$", re.MULTILINE)
+_QUERY_WRAPPER = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated with exception: ")
+_SQLSTATE = re.compile(r"(\s+SQLSTATE: \w+)+\s*$")
+
+
 def classify_failure(failure: Exception) -> PipelineError:
     """A Spark failure that no processor classified: transient, as in Conduit (a source or destination
     unreachable, a task lost, ...)."""
     text = str(failure).strip()
-    message = text.splitlines()[0] if text else type(failure).__name__
     # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
     # Failures of a source's driver-side calls (initialOffset, latestOffset, ...) name the error class.
     source = re.search(r"\bconduit_(file|generator|postgres)\b|PYTHON_STREAMING_DATA_SOURCE", text)
@@ -220,8 +230,49 @@ def classify_failure(failure: Exception) -> PipelineError:
     raised = list(re.finditer(r"airflow_conduit\.errors\.(FatalError|TransientError): ([^\n]*)", text))
     if raised:
         kind = "fatal" if raised[-1].group(1) == "FatalError" else "transient"
-        return PipelineError(kind, code, raised[-1].group(2).strip()[:2000], None)
-    return PipelineError("transient", code, message[:2000], None)
+        return PipelineError(kind, code, raised[-1].group(2).strip()[:MESSAGE_LIMIT], None)
+    return PipelineError("transient", code, failure_message(text) or type(failure).__name__, None)
+
+
+def failure_message(text: str) -> str:
+    """The line of a Spark failure that says what went wrong, for the exit payload.
+
+    Spark's first line only says that the query failed (``[STREAM_FAILED] Query [...] terminated with
+    exception: ... Traceback (most recent call last):``). The cause is the last Python exception of an
+    embedded traceback (an error in the foreachBatch function or a Python worker), else the innermost
+    ``Caused by:`` of a Java stack trace, else the first line without the query wrapper. Spark's
+    ``SQLSTATE`` suffixes are dropped; at most :data:`MESSAGE_LIMIT` characters.
+    """
+    message = _python_root(text) or _java_root(text) or _QUERY_WRAPPER.sub("", _first_line(text))
+    return _SQLSTATE.sub("", message).strip()[:MESSAGE_LIMIT]
+
+
+def _python_root(text: str) -> str | None:
+    """The exception line of the last Python traceback in ``text``: the first unindented line after
+    the frames (a chained exception has a traceback of its own, so the last one is the outermost)."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    for line in text[at + len(_TRACEBACK) :].splitlines():
+        if line.strip() and not line[0].isspace():
+            return line.strip() if _EXCEPTION_LINE.match(line) else None
+    return None
+
+
+def _java_root(text: str) -> str | None:
+    causes = _CAUSED_BY.findall(text)
+    return causes[-1].strip() if causes else None
+
+
+def _first_line(text: str) -> str:
+    return text.splitlines()[0] if text else ""
+
+
+def log_failure(pipeline_id: str, error: PipelineError, failure: Exception) -> None:
+    """Log the whole text of a failure the engine classified itself: the exit payload keeps only the
+    line that names the cause, and whoever reads the log (spark-submit's output file under Airflow)
+    needs the traces too. The first line stays short, for the task log that shows only it."""
+    logger.error("%s: the query failed: %s\n%s", pipeline_id, error.message, str(failure).strip())
 
 
 def main(argv: list[str] | None = None) -> int:
