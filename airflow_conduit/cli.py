@@ -195,7 +195,8 @@ def print_summary(payload: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=True, highlight=False)
+    # emoji=False: node ids such as "orders:ledger:" are not emoji codes.
+    console = Console(stderr=True, highlight=False, emoji=False)
     records = payload["records"]
     table = Table(title=f"pipeline {payload['pipeline']}: {payload['status']} (exit {payload['exit_code']})")
     table.add_column("records")

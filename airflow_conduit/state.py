@@ -15,6 +15,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     stop            present while a graceful stop is requested
     acked.jsonl     positions acknowledged by ``airflow-conduit ack``: the engine skips those records
     logs/           spark-submit's output of the newest Airflow runs (``hooks/conduit.py``)
+    run.lock        held (flock) by the engine that runs the pipeline, naming it (``run_lock.py``)
 """
 
 from __future__ import annotations

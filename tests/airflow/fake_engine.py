@@ -6,6 +6,8 @@ entry n (the last one repeats). It writes what the engine writes - status, audit
 (``"write_exit_json": false`` leaves it out), DLQ records - and prints the payload as its last line
 (``"print_payload": false`` does not).
 
+``"foreign_exit_json": {...}`` is written to ``exit.json`` as another engine's, ended meanwhile.
+
 ``"detach_seconds": N`` plays an engine whose worker died under it: a process in its own session takes
 the pipeline's run lock (named after the task, as the real engine does), ends gracefully N seconds
 later, while this run reports a transient failure at once.
@@ -119,6 +121,8 @@ def main(argv: list[str]) -> int:
     }
     if run.get("write_exit_json", True):
         state.write_exit_payload(payload)
+    if "foreign_exit_json" in run:  # the engine holding the lock ended meanwhile and wrote its own
+        state.write_exit_payload(run["foreign_exit_json"])
     state.write_status(payload["status"], error=payload["error"])
     state.audit("stopped" if exit_code == 0 else "fault", error=payload["error"])
     print("fake engine: some progress output")

@@ -138,6 +138,23 @@ def test_payload_from_stdout_when_state_dir_not_rewritten(hook, tmp_path):
     assert run.payload_source == "stdout" and run.outcome == "fatal" and run.exit_code == 1
 
 
+def test_an_exit_payload_written_by_another_engine_meanwhile_is_not_taken(hook, tmp_path):
+    """A run refused by the lock writes no exit.json; the engine holding the lock may end meanwhile
+    and write its own. That one started before this submission, so the run's own payload line wins."""
+    theirs = {"pipeline": "p", "status": "stopped", "exit_code": 0, "started_at": "2026-01-01T00:00:00Z"}
+    refused = {"kind": "transient", "code": "pipeline_locked", "message": "pipeline p is already running"}
+    run = hook.run_pipeline(
+        pipeline_file=scenario(
+            tmp_path,
+            {"exit_code": 75, "write_exit_json": False, "foreign_exit_json": theirs, "error": refused},
+        ),
+        pipeline_id="p",
+        state_dir=str(tmp_path / "state"),
+    )
+    assert run.payload_source == "stdout" and run.outcome == "transient"
+    assert run.payload["error"]["code"] == "pipeline_locked"
+
+
 @pytest.mark.parametrize(
     ("code", "outcome"), [(2, "fatal"), (75, "transient"), (1, "transient"), (0, "stopped")]
 )
@@ -152,7 +169,9 @@ def test_no_payload_at_all_is_classified_from_the_exit_code(hook, tmp_path, code
     assert run.payload_source == "none" and run.returncode == code
     assert run.outcome == outcome
     if code:
-        assert "spark-submit exited with" in run.payload["error"]["message"]
+        message = run.payload["error"]["message"]
+        assert "spark-submit exited with" in message and "fake engine: some progress output" in message
+        assert f"(the whole output: {run.spark_output_file})" in message
 
 
 def test_spark_submit_that_cannot_start_is_transient(monkeypatch, tmp_path):
@@ -168,7 +187,9 @@ def test_spark_submit_that_cannot_start_is_transient(monkeypatch, tmp_path):
 
 # spark-submit's output and the engine's processes ------------------------------------------------
 LINGERING = str(HERE / "lingering_engine.py")
-HOOK_LOGGERS = "airflow.task.hooks.airflow_conduit.hooks.conduit"
+HOOK_LOGGERS = (
+    "airflow.task.hooks.airflow_conduit.hooks."  # conduit.ConduitHook, spark_output.ConduitSparkSubmitHook
+)
 TRACE = ("at ", "java.", "py4j", "Traceback", "Caused by:", "File ", "org.apache")
 
 
@@ -186,7 +207,7 @@ def task_log(caplog):
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=False,
     )
-    caplog.set_level(logging.DEBUG, logger=HOOK_LOGGERS)
+    caplog.set_level(logging.DEBUG, logger=HOOK_LOGGERS.rstrip("."))
     yield caplog
     structlog.configure(**previous)
 

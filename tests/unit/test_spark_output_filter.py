@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from airflow_conduit.hooks.conduit import SparkOutputFilter
+from airflow_conduit.hooks.spark_output import SparkOutputFilter
 
 OUTPUTS = Path(__file__).resolve().parent / "spark_output"
 NOISE = ("at ", "\tat ", "java.", "py4j", "Traceback", "Caused by:", "org.apache", "File ")
