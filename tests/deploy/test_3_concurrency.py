@@ -1,0 +1,186 @@
+"""One engine per pipeline under a real scheduler (cases 7 and 8).
+
+The engine holds ``STATE_DIR/PIPELINE_ID/run.lock`` while it runs; a second engine on the pipeline is
+refused at once (exit 75, ``pipeline_locked``, audit event ``refused`` naming the holder). The operator
+names its engine (``CONDUIT_RUN_OWNER``: DAG, task, run, map index), so a retry of the same task instance
+that finds its earlier try's engine still running reattaches to it instead of submitting another.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import time
+from typing import Any
+
+import psutil
+import pytest
+from deployment import TERMINAL_RUN_STATES, Deployment, RunWatch, read_jsonl, utc
+
+from airflow_conduit.state import PipelineState
+
+pytestmark = pytest.mark.deploy
+
+
+def positions(records: list[dict]) -> list[int]:
+    return sorted(int(base64.b64decode(r["position"])) for r in records)
+
+
+def engine_spans(audit: list[dict[str, Any]]) -> list[tuple[str, str | None]]:
+    """(started, ended) of each engine run in the audit log; ``ended`` None while one runs. An engine
+    writes ``started`` once it holds the run lock and ``stopped`` or ``fault`` before it lets go of it;
+    a refused engine writes only ``refused``."""
+    spans: list[list[str | None]] = []
+    for event in audit:
+        if event["event"] == "started":
+            spans.append([event["time"], None])
+        elif event["event"] in ("stopped", "fault") and spans and spans[-1][1] is None:
+            spans[-1][1] = event["time"]
+    return [(start, end) for start, end in spans]
+
+
+def wait_for_runs(deploy: Deployment, dag_id: str, run_ids: list[str], timeout: float, on_poll=None):
+    """Poll several runs of one DAG until all ended; their watches, by run id."""
+    api = deploy.api
+    watches = {run_id: RunWatch(dag_id, run_id) for run_id in run_ids}
+    deadline = time.monotonic() + timeout
+    while True:
+        done = True
+        for run_id, watch in watches.items():
+            if watch.run.get("state") in TERMINAL_RUN_STATES:
+                continue
+            tis = api.task_instances(dag_id, run_id)
+            watch.observe(tis)
+            run = api.run(dag_id, run_id)
+            if run["state"] in TERMINAL_RUN_STATES:
+                watch.run, watch.tis = run, api.task_instances(dag_id, run_id)
+            else:
+                done = False
+        if on_poll is not None:
+            on_poll()
+        if done:
+            return watches
+        assert time.monotonic() < deadline, {r: w.seen for r, w in watches.items()}
+        time.sleep(0.5)
+
+
+def test_two_dag_runs_on_one_pipeline(deploy: Deployment) -> None:
+    """Case 7: two DAG runs of one DAG start the same pipeline at once. One engine runs, the other is
+    refused (pipeline_locked) and recovers once the first has ended; no record is written twice."""
+    api, dag_id, records = deploy.api, "deploy_concurrent", 4000
+    state = PipelineState.of(deploy.state_dir, "deploy-shared")
+    statuses: list[str] = []
+
+    def note_status() -> None:
+        status = (state.read_status() or {}).get("status")
+        if status and (not statuses or statuses[-1] != status):
+            statuses.append(status)
+
+    run_ids = [api.trigger(dag_id), api.trigger(dag_id)]
+    watches = wait_for_runs(deploy, dag_id, run_ids, timeout=900, on_poll=note_status)
+
+    audit = state.read_audit()
+    refused = [e for e in audit if e["event"] == "refused"]
+    assert refused, [e["event"] for e in audit]
+    holder = refused[0]["holder"]
+    assert (
+        refused[0]["code"] == "pipeline_locked" and holder["host"] and holder["pid"] and holder["started_at"]
+    )
+    assert holder["owner"].startswith(f"{dag_id}/run/"), holder
+    spans = engine_spans(audit)
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        assert end is not None and end <= start, f"two engines at once: {spans}"
+    written = read_jsonl(deploy.output_dir / "deploy-shared")
+    assert positions(written) == list(range(records)), f"{len(written)} records written"
+
+    states = {run_id: w.run["state"] for run_id, w in watches.items()}
+    logs = {
+        run_id: api.log(dag_id, run_id, "run", w.tis["run"]["try_number"]) for run_id, w in watches.items()
+    }
+    refused_runs = [r for r, text in logs.items() if "pipeline_locked" in text or "already running" in text]
+    assert refused_runs, "no task log tells of the refusal"
+    assert all(s in TERMINAL_RUN_STATES for s in states.values())
+    first_end = spans[0][1]
+    print(
+        f"\nverified: two DAG runs on one pipeline: {len(refused)} engine start(s) refused with "
+        f"pipeline_locked while {holder['owner']} (pid {holder['pid']}) held the lock; {len(spans)} engine "
+        f"run(s), never two at once (first ended {first_end}); {records} records each written once; DAG runs "
+        f"ended {states} (tries {[w.tis['run']['try_number'] for w in watches.values()]}, states "
+        f"{[w.seen['run'] for w in watches.values()]}); pipeline status sequence {statuses}"
+    )
+    assert all(s == "success" for s in states.values()), states
+
+
+def process_tree(pid: int) -> str:
+    try:
+        process = psutil.Process(pid)
+        parent = process.parent()
+        children = process.children(recursive=True)
+    except psutil.Error as error:
+        return f"({error})"
+
+    def name(p: psutil.Process) -> str:
+        try:
+            return f"{p.pid} {' '.join(p.cmdline())[:100]}"
+        except psutil.Error:
+            return str(p.pid)
+
+    return (
+        f"parent {name(parent) if parent else '-'}; task process {name(process)} (session {os.getsid(pid)}); "
+        f"children: {[name(c) for c in children]}"
+    )
+
+
+def test_killed_task_process_retry_reattaches(deploy: Deployment) -> None:
+    """Case 8: SIGKILL the task process while its engine runs. The engine runs on in its own session; the
+    retry (retries=1) finds its own earlier engine holding the lock and reattaches instead of submitting
+    a second one; every record arrives once."""
+    api, dag_id, records = deploy.api, "deploy_killed", 6000
+    state = PipelineState.of(deploy.state_dir, "deploy-killed")
+    run_id = api.trigger(dag_id)
+    killed: dict[str, Any] = {}
+
+    def kill_once_running(tis: dict) -> None:
+        ti = tis["run"]
+        if killed or ti["state"] != "running" or ti["try_number"] != 1:
+            return
+        status = state.read_status() or {}
+        started = utc(api.run(dag_id, run_id)["start_date"])
+        if status.get("status") != "running" or not status.get("batches"):
+            return
+        if utc(status.get("updated_at")) < started:
+            return
+        pid = api.task_instance(dag_id, run_id, "run")["pid"]
+        killed["tree"] = process_tree(pid)
+        killed["pid"] = pid
+        killed["batches"] = status["batches"]
+        killed["at"] = time.time()
+        os.kill(pid, signal.SIGKILL)
+
+    watch = api.wait_for_run(dag_id, run_id, timeout=900, on_poll=kill_once_running)
+    assert killed, f"the engine was never seen running: {watch.seen}"
+    ti = watch.tis["run"]
+    tries = {t["try_number"]: t["state"] for t in api.tries(dag_id, run_id, "run")}
+    first_log = api.log(dag_id, run_id, "run", 1)
+    audit = state.read_audit()
+    names = [e["event"] for e in audit]
+    print(
+        f"\nobserved: killed task process {killed['pid']} after {killed['batches']} batch(es): "
+        f"{killed['tree']}\n  task states seen {watch.seen['run']}, tries {tries}; audit {names}\n"
+        f"  end of try 1's log: {first_log.splitlines()[-3:]}"
+    )
+    assert watch.run["state"] == "success", watch.seen
+    assert ti["try_number"] == 2, ti
+    second_log = api.log(dag_id, run_id, "run", 2)
+    assert "Reattaching" in second_log, second_log[-3000:]
+    reattached = [e for e in audit if e["event"] == "reattached"]
+    assert len(reattached) == 1 and reattached[0]["holder"]["owner"] == f"{dag_id}/run/{run_id}/-1"
+    assert names.count("started") == 1 and "refused" not in names, names
+    written = read_jsonl(deploy.output_dir / "deploy-killed")
+    assert positions(written) == list(range(records)), f"{len(written)} records written"
+    print(
+        f"verified: SIGKILL of the task process (pid {killed['pid']}) left its engine running; Airflow "
+        f"retried the task (tries {tries}) and try 2 reattached to that engine (audit 'reattached', "
+        f"one 'started', no second engine); all {records} records written once"
+    )
