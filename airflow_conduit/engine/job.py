@@ -217,13 +217,19 @@ _QUERY_WRAPPER = re.compile(r"^\[STREAM_FAILED\] Query \[[^\]]*\] terminated wit
 _SQLSTATE = re.compile(r"(\s+SQLSTATE: \w+)+\s*$")
 
 
+# StreamingQueryException's description of the query (id, offsets, logical plan), up to the JVM trace.
+_QUERY_DESCRIPTION = re.compile(r"=== Streaming Query ===.*?(?=\nJVM stacktrace:|\Z)", re.S)
+
+
 def classify_failure(failure: Exception) -> PipelineError:
     """A Spark failure that no processor classified: transient, as in Conduit (a source or destination
     unreachable, a task lost, ...)."""
     text = str(failure).strip()
     # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
     # Failures of a source's driver-side calls (initialOffset, latestOffset, ...) name the error class.
-    source = re.search(r"\bconduit_(file|generator|postgres)\b|PYTHON_STREAMING_DATA_SOURCE", text)
+    # Not looked for in the query's description, whose plan names the sources whatever failed.
+    outside_plan = _QUERY_DESCRIPTION.sub("", text)
+    source = re.search(r"\bconduit_(file|generator|postgres)\b|PYTHON_STREAMING_DATA_SOURCE", outside_plan)
     code = Code.SOURCE_FAILED if source else Code.SPARK_FAILED
     # A connector's own TransientError/FatalError, raised on an executor, reaches the driver only as
     # the text of Python's traceback: its last line says which it was.

@@ -69,3 +69,10 @@ def test_a_message_without_a_trace_is_its_first_line():
     error = classify_failure(RuntimeError("executor lost\nmore"))
     assert error.message == "executor lost"
     assert classify_failure(RuntimeError("")).message == "RuntimeError"
+
+
+def test_a_destination_failure_is_not_called_a_source_failure_because_the_plan_names_the_source():
+    """The query's description lists its plan, which names every source (conduit_generator here)."""
+    error = failure("foreach_batch_python_error")
+    assert "conduit_generator" in str(error)
+    assert classify_failure(error).code == "spark_failed"
