@@ -2,8 +2,9 @@
 
 ``clicks`` streams continuously (``pipelines/clicks.yaml``) and is asked to stop gracefully after 55
 minutes, so each hourly run hands over to the next. ``watch`` follows the pipeline through its state
-dir in the triggerer (no worker slot held): it succeeds when the pipeline stops gracefully, fails without
-retry if it is degraded, and fails retryably on a transient failure nobody recovers. ``report`` logs the
+dir: in the worker for the first 30 s (``[conduit] deferral_threshold``), then in the triggerer (no worker
+slot held). It succeeds when the pipeline stops gracefully, fails without retry if it is degraded, and
+fails retryably on a transient failure nobody recovers. ``report`` logs the
 counters the pipeline stopped with.
 
 The sensor can as well watch a pipeline started outside Airflow (``airflow-conduit run``) through the

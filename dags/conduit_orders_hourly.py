@@ -2,8 +2,9 @@
 
 The pipeline (``pipelines/orders.yaml``) runs ``until_idle``: it reads what its source holds, delivers
 it, and stops. A transient failure (a source or destination unreachable, a lost Spark task) is
-restarted inside the same task after 5s, 10s, 20s, ... (at most 5 restarts in 30 minutes, then the
-pipeline is degraded and the task fails without retry). Orders the ``error`` processor rejects go to the
+restarted inside the same task after 5s, 10s, 20s (waited out in the worker), 40s, ... (deferred to the
+triggerer: 30 s or more, ``[conduit] deferral_threshold``); at most 5 restarts in 30 minutes, then the
+pipeline is degraded and the task fails without retry. Orders the ``error`` processor rejects go to the
 DLQ; the task then emits an event on the ``conduit://orders/dlq`` asset, which
 ``conduit_orders_dlq_review`` is scheduled on.
 """
