@@ -38,6 +38,7 @@ VENV_BIN = Path(sys.executable).parent
 AIRFLOW = str(VENV_BIN / "airflow")
 SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 STARTUP_TIMEOUT = 300.0
+MASTER_OPTS = "-Dspark.deploy.defaultCores=1"
 TERMINAL_RUN_STATES = ("success", "failed")
 TERMINAL_TI_STATES = ("success", "failed", "skipped", "upstream_failed", "removed")
 
@@ -332,7 +333,18 @@ def deployment(
         pg = start_cluster()
         stack.callback(pg.destroy)
         db_url = pg.create_database("airflow").replace("postgresql://", "postgresql+psycopg://", 1)
-        spark = stack.enter_context(standalone_cluster(_mkdir(root / "spark")))
+        # Each application gets one of the worker's two cores unless it asks for more, so that two
+        # pipelines run side by side instead of one waiting for the other's executors (as in
+        # docker-compose.yaml; the master reads SPARK_MASTER_OPTS from the environment it starts with).
+        master_opts = os.environ.get("SPARK_MASTER_OPTS")
+        os.environ["SPARK_MASTER_OPTS"] = f"{master_opts or ''} {MASTER_OPTS}".strip()
+        try:
+            spark = stack.enter_context(standalone_cluster(_mkdir(root / "spark")))
+        finally:
+            if master_opts is None:
+                os.environ.pop("SPARK_MASTER_OPTS")
+            else:
+                os.environ["SPARK_MASTER_OPTS"] = master_opts
         stack.callback(_kill_leftovers, root)
 
         api_port = free_port()
@@ -383,7 +395,13 @@ def deployment(
             "AIRFLOW__CONDUIT__STATE_DIRS": str(state_dir),
             **(extra_env or {}),
         }
-        for name in ("SPARK_HOME", "PYSPARK_GATEWAY_PORT", "AIRFLOW_CONFIG", "PYTEST_CURRENT_TEST"):
+        for name in (
+            "SPARK_HOME",
+            "PYSPARK_GATEWAY_PORT",
+            "AIRFLOW_CONFIG",
+            "PYTEST_CURRENT_TEST",
+            "SPARK_MASTER_OPTS",
+        ):
             env.pop(name, None)
         migrate = subprocess.run(
             [AIRFLOW, "db", "migrate"], env=env, capture_output=True, text=True, timeout=900, cwd=root
@@ -520,17 +538,29 @@ def run_dlq_review(deploy: Deployment) -> DlqReview:
 
 
 OUTAGE_DAG = "deploy_outage_deferred"
+OUTAGE_PIPELINE = "deploy-outage"
 OUTAGE_TEST = "test_transient_outage_recovered_through_the_triggerer"
 
 
 class OutageRun:
-    """Case 1's DAG run, followed in a background thread from the start of the session: its 7 engine
-    runs and 63 s of backoff overlap the other cases. The outage (a marker file the processor checks)
-    ends once the task was seen ``deferred``."""
+    """Case 1's DAG run, followed in a background thread from the start of the session so that its 7
+    engine runs and 63 s of backoff overlap the other cases.
+
+    The outage: while it lasts, the test holds the pipeline's run lock (``STATE/deploy-outage/run.lock``),
+    so every engine run is refused at once (exit 75, ``pipeline_locked``, a transient error) after the
+    few seconds spark-submit takes to start. A dependency failing inside the pipeline would not do here:
+    such a run costs a Spark start and a first batch (60-75 s on this machine under load), so five
+    restarts do not fit Conduit's default 5 m window, older restarts expire, the attempt count stays at
+    5 (16 s) and the backoff never reaches the deferral threshold (seen: attempts 1, 2, 3, 4, 5, 5, 5).
+    The lock is let go once the task was seen ``deferred``.
+    """
 
     def __init__(self, deploy: Deployment) -> None:
+        from airflow_conduit.run_lock import RunLock
+
         self.deploy = deploy
-        self.marker = deploy.work_dir / "deploy-outage" / "outage"
+        self.lock = RunLock(deploy.state_dir / OUTAGE_PIPELINE, OUTAGE_PIPELINE)
+        self.holder: dict[str, Any] = {}
         self.cleared_at: float | None = None
         self.run_id: str | None = None
         self.watch: RunWatch | None = None
@@ -538,15 +568,23 @@ class OutageRun:
         self._thread = threading.Thread(target=self._follow, name="case-1-outage", daemon=True)
 
     def start(self) -> OutageRun:
-        self.marker.parent.mkdir(parents=True, exist_ok=True)
-        self.marker.touch()
+        from dataclasses import asdict
+
+        from airflow_conduit.run_lock import LockHolder
+        from airflow_conduit.state import utc_now
+
+        holder = LockHolder(
+            socket.gethostname(), os.getpid(), utc_now(), owner="the deployment test (outage)"
+        )
+        self.lock.acquire(holder)
+        self.holder = asdict(holder)
         self.run_id = self.deploy.api.trigger(OUTAGE_DAG)
         self._thread.start()
         return self
 
     def _end_outage_once_deferred(self, tis: dict[str, dict[str, Any]]) -> None:
-        if tis["run"]["state"] == "deferred" and self.marker.exists():
-            self.marker.unlink()
+        if tis["run"]["state"] == "deferred" and self.cleared_at is None:
+            self.lock.release()
             self.cleared_at = time.time()
 
     def _follow(self) -> None:
@@ -557,6 +595,8 @@ class OutageRun:
             )
         except BaseException as error:  # reported by the test
             self.error = error
+        finally:
+            self.lock.release()
 
     def result(self, timeout: float) -> RunWatch:
         self._thread.join(timeout)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import signal
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import psutil
@@ -173,14 +175,52 @@ def test_killed_task_process_retry_reattaches(deploy: Deployment) -> None:
     assert watch.run["state"] == "success", watch.seen
     assert ti["try_number"] == 2, ti
     second_log = api.log(dag_id, run_id, "run", 2)
-    assert "Reattaching" in second_log, second_log[-3000:]
+    ended = [e["time"] for e in audit if e["event"] in ("stopped", "fault")]
+    try_2 = (api.tries(dag_id, run_id, "run")[-1] or {}).get("start_date")
+    assert "Reattaching" in second_log, f"engine ended {ended}, try 2 started {try_2}: {second_log[-2000:]}"
     reattached = [e for e in audit if e["event"] == "reattached"]
     assert len(reattached) == 1 and reattached[0]["holder"]["owner"] == f"{dag_id}/run/{run_id}/-1"
     assert names.count("started") == 1 and "refused" not in names, names
     written = read_jsonl(deploy.output_dir / "deploy-killed")
     assert positions(written) == list(range(records)), f"{len(written)} records written"
+    # What Airflow did with the killed try: the supervisor's and the scheduler's account of it.
+    scheduler = [
+        line
+        for line in deploy.service_log("scheduler").splitlines()
+        if (dag_id in line and run_id in line and "try_number=2" not in line)
+        or (f"pid={killed['pid']}" in line and "socket" in line)
+    ]
+    said = [
+        f"{((log_time(line) or killed_at(killed)) - killed_at(killed)).total_seconds():+.0f}s {summary}"
+        for line in scheduler
+        for key, summary in SUPERVISOR_AND_SCHEDULER.items()
+        if key in line
+    ]
+    up_for_retry = watch.first_seen.get(("run", "up_for_retry"))
     print(
         f"verified: SIGKILL of the task process (pid {killed['pid']}) left its engine running; Airflow "
-        f"retried the task (tries {tries}) and try 2 reattached to that engine (audit 'reattached', "
-        f"one 'started', no second engine); all {records} records written once"
+        f"retried the task (tries {tries}; up_for_retry seen "
+        f"{(up_for_retry - killed['at']) if up_for_retry else float('nan'):.0f} s after the kill) and try 2 "
+        f"reattached to that engine (audit 'reattached', one 'started', no second engine); all {records} "
+        f"records written once. Airflow after the kill (seconds after it): {said}"
     )
+
+
+SUPERVISOR_AND_SCHEDULER = {
+    "Process exited with open sockets": "supervisor: process exited with open sockets, cleaned up after timeout",
+    "Received executor event": "scheduler: executor event",
+    "state attribute is running": "scheduler: 'finished with state success, but ... state attribute is running'",
+    "Marking task as UP_FOR_RETRY": "scheduler: marking task as UP_FOR_RETRY",
+    "Marking task as FAILED": "scheduler: marking task as FAILED",
+}
+
+
+def killed_at(killed: dict[str, Any]) -> datetime:
+    return datetime.fromtimestamp(killed["at"], UTC)
+
+
+def log_time(line: str) -> datetime | None:
+    match = re.match(r"\s*(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d(?:\.\d+)?)", line)
+    if not match:
+        return None
+    return datetime.fromisoformat(f"{match.group(1)}T{match.group(2)}").replace(tzinfo=UTC)

@@ -5,7 +5,6 @@ environment of ``spark-submit`` (the operator's ``env_vars``): the DAGs pass the
 ``spark.executorEnv.*`` properties (``conf=``), which the executors do get. Everything is on loopback, so
 a path is the same file for the test, the driver and the executors.
 
-- ``DEPLOY_OUTAGE_MARKER``: a file; ``outage_while_marker`` raises ``TransientError`` while it exists.
 - ``DEPLOY_AUDIT_LOG`` and ``DEPLOY_FAIL_RUNS``: ``fail_first_runs`` raises ``TransientError`` in the
   first N engine runs of the pipeline (counted by the ``started`` events of its audit log).
 - ``always_transient`` and ``always_fatal`` raise on every record.
@@ -26,14 +25,6 @@ def passthrough(record: dict[str, Any]) -> dict[str, Any]:
     """Records unchanged, but for what the executor saw of the operator's ``env_vars``
     (``DEPLOY_PIPELINE`` is set only there): metadata ``deploy.executor.env_vars``."""
     record["metadata"]["deploy.executor.env_vars"] = os.environ.get("DEPLOY_PIPELINE", "<unset>")
-    return record
-
-
-def outage_while_marker(record: dict[str, Any]) -> dict[str, Any]:
-    """A dependency that is down while the marker file exists."""
-    marker = Path(os.environ["DEPLOY_OUTAGE_MARKER"])
-    if marker.exists():
-        raise TransientError(f"dependency unavailable (outage marker {marker.name} present)")
     return record
 
 
