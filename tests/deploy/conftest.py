@@ -20,9 +20,11 @@ sys.path.insert(0, str(HERE.parent / "cluster"))  # spark_standalone
 sys.path.insert(0, str(HERE.parent))  # pgcluster
 
 from deployment import (  # noqa: E402
+    KILLED_TEST,
     OUTAGE_TEST,
     Deployment,
     DlqReview,
+    KilledRun,
     OutageRun,
     copy_dags,
     deployment,
@@ -65,12 +67,20 @@ def deploy() -> Iterator[Deployment]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _selected(request: pytest.FixtureRequest, test: str) -> bool:
+    return any(item.name == test for item in request.session.items)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def outage_run(request: pytest.FixtureRequest, deploy: Deployment) -> OutageRun | None:
-    """Case 1's DAG run, started with the session when case 1 is selected (it is checked last)."""
-    if not any(item.name == OUTAGE_TEST for item in request.session.items):
-        return None
-    return OutageRun(deploy).start()
+    """Case 1's DAG run, started with the session when case 1 is selected (its test comes last)."""
+    return OutageRun(deploy).start() if _selected(request, OUTAGE_TEST) else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def killed_run(request: pytest.FixtureRequest, deploy: Deployment) -> KilledRun | None:
+    """Case 8's DAG run, started with the session when case 8 is selected."""
+    return KilledRun(deploy).start() if _selected(request, KILLED_TEST) else None
 
 
 @pytest.fixture(scope="session")

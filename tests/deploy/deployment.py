@@ -30,7 +30,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -540,11 +540,63 @@ def run_dlq_review(deploy: Deployment) -> DlqReview:
 OUTAGE_DAG = "deploy_outage_deferred"
 OUTAGE_PIPELINE = "deploy-outage"
 OUTAGE_TEST = "test_transient_outage_recovered_through_the_triggerer"
+KILLED_DAG = "deploy_killed"
+KILLED_PIPELINE = "deploy-killed"
+KILLED_TEST = "test_killed_task_process_retry_reattaches"
 
 
-class OutageRun:
-    """Case 1's DAG run, followed in a background thread from the start of the session so that its 7
-    engine runs and 63 s of backoff overlap the other cases.
+class BackgroundRun:
+    """A DAG run triggered when the session starts and followed in a background thread, so that its
+    waits (backoffs, Airflow's reaction to a killed task, a slow engine) overlap the other cases; its
+    test, later in the session, checks how it went (:meth:`result`)."""
+
+    dag_id = ""
+
+    def __init__(self, deploy: Deployment) -> None:
+        self.deploy = deploy
+        self.run_id: str | None = None
+        self.watch: RunWatch | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._follow, name=f"background-{self.dag_id}", daemon=True)
+
+    def start(self) -> Self:
+        self.prepare()
+        self.run_id = self.deploy.api.trigger(self.dag_id)
+        self._thread.start()
+        return self
+
+    def prepare(self) -> None:
+        """Before the run is triggered."""
+
+    def on_poll(self, tis: dict[str, dict[str, Any]]) -> None:
+        """Each time the run's task instances were polled."""
+
+    def finish(self) -> None:
+        """After the run ended (also when following it failed)."""
+
+    def _follow(self) -> None:
+        try:
+            assert self.run_id is not None
+            self.watch = self.deploy.api.wait_for_run(
+                self.dag_id, self.run_id, timeout=1500, poll=1.0, on_poll=self.on_poll
+            )
+        except BaseException as error:  # reported by the test
+            self.error = error
+        finally:
+            self.finish()
+
+    def result(self, timeout: float) -> RunWatch:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise AssertionError(f"DAG run {self.dag_id}/{self.run_id} did not end within the wait")
+        if self.error is not None:
+            raise self.error
+        assert self.watch is not None
+        return self.watch
+
+
+class OutageRun(BackgroundRun):
+    """Case 1: 7 engine runs and 63 s of backoff.
 
     The outage: while it lasts, the test holds the pipeline's run lock (``STATE/deploy-outage/run.lock``),
     so every engine run is refused at once (exit 75, ``pipeline_locked``, a transient error) after the
@@ -555,19 +607,17 @@ class OutageRun:
     The lock is let go once the task was seen ``deferred``.
     """
 
+    dag_id = OUTAGE_DAG
+
     def __init__(self, deploy: Deployment) -> None:
         from airflow_conduit.run_lock import RunLock
 
-        self.deploy = deploy
+        super().__init__(deploy)
         self.lock = RunLock(deploy.state_dir / OUTAGE_PIPELINE, OUTAGE_PIPELINE)
         self.holder: dict[str, Any] = {}
         self.cleared_at: float | None = None
-        self.run_id: str | None = None
-        self.watch: RunWatch | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._follow, name="case-1-outage", daemon=True)
 
-    def start(self) -> OutageRun:
+    def prepare(self) -> None:
         from dataclasses import asdict
 
         from airflow_conduit.run_lock import LockHolder
@@ -578,31 +628,64 @@ class OutageRun:
         )
         self.lock.acquire(holder)
         self.holder = asdict(holder)
-        self.run_id = self.deploy.api.trigger(OUTAGE_DAG)
-        self._thread.start()
-        return self
 
-    def _end_outage_once_deferred(self, tis: dict[str, dict[str, Any]]) -> None:
+    def on_poll(self, tis: dict[str, dict[str, Any]]) -> None:
         if tis["run"]["state"] == "deferred" and self.cleared_at is None:
             self.lock.release()
             self.cleared_at = time.time()
 
-    def _follow(self) -> None:
-        try:
-            assert self.run_id is not None
-            self.watch = self.deploy.api.wait_for_run(
-                OUTAGE_DAG, self.run_id, timeout=1500, poll=1.0, on_poll=self._end_outage_once_deferred
-            )
-        except BaseException as error:  # reported by the test
-            self.error = error
-        finally:
-            self.lock.release()
+    def finish(self) -> None:
+        self.lock.release()
 
-    def result(self, timeout: float) -> RunWatch:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise AssertionError(f"case 1's DAG run {self.run_id} did not end within the wait")
-        if self.error is not None:
-            raise self.error
-        assert self.watch is not None
-        return self.watch
+
+class KilledRun(BackgroundRun):
+    """Case 8: once the engine runs (status ``running`` after a first batch), SIGKILL the task process,
+    the TI's ``pid`` (the process the LocalExecutor's supervisor forked), and nothing else."""
+
+    dag_id = KILLED_DAG
+
+    def __init__(self, deploy: Deployment) -> None:
+        from airflow_conduit.state import PipelineState
+
+        super().__init__(deploy)
+        self.state = PipelineState.of(deploy.state_dir, KILLED_PIPELINE)
+        self.killed: dict[str, Any] = {}
+
+    def on_poll(self, tis: dict[str, dict[str, Any]]) -> None:
+        ti = tis["run"]
+        if self.killed or ti["state"] != "running" or ti["try_number"] != 1:
+            return
+        status = self.state.read_status() or {}
+        if status.get("status") != "running" or not status.get("batches"):
+            return
+        assert self.run_id is not None
+        started = utc(self.deploy.api.run(self.dag_id, self.run_id)["start_date"])
+        updated = utc(status.get("updated_at"))
+        if started is None or updated is None or updated < started:
+            return
+        pid = self.deploy.api.task_instance(self.dag_id, self.run_id, "run")["pid"]
+        self.killed = {"pid": pid, "tree": process_tree(pid), "batches": status["batches"]}
+        os.kill(pid, signal.SIGKILL)
+        self.killed["at"] = time.time()
+
+
+def process_tree(pid: int) -> str:
+    """The process, its parent and its children, for the report."""
+    import psutil
+
+    def name(process: psutil.Process) -> str:
+        try:
+            return f"{process.pid} {' '.join(process.cmdline())[:90]}"
+        except psutil.Error:
+            return str(process.pid)
+
+    try:
+        process = psutil.Process(pid)
+        parent, children = process.parent(), process.children(recursive=True)
+        session = os.getsid(pid)
+    except (psutil.Error, OSError) as error:
+        return f"({error})"
+    return (
+        f"parent {name(parent) if parent else '-'}; task process {name(process)} (session {session}); "
+        f"children {[name(c) for c in children]}"
+    )

@@ -9,16 +9,13 @@ that finds its earlier try's engine still running reattaches to it instead of su
 from __future__ import annotations
 
 import base64
-import os
 import re
-import signal
 import time
 from datetime import UTC, datetime
 from typing import Any
 
-import psutil
 import pytest
-from deployment import TERMINAL_RUN_STATES, Deployment, RunWatch, read_jsonl, utc
+from deployment import KILLED_DAG, TERMINAL_RUN_STATES, Deployment, KilledRun, RunWatch, read_jsonl
 
 from airflow_conduit.state import PipelineState
 
@@ -114,54 +111,16 @@ def test_two_dag_runs_on_one_pipeline(deploy: Deployment) -> None:
     assert all(s == "success" for s in states.values()), states
 
 
-def process_tree(pid: int) -> str:
-    try:
-        process = psutil.Process(pid)
-        parent = process.parent()
-        children = process.children(recursive=True)
-    except psutil.Error as error:
-        return f"({error})"
-
-    def name(p: psutil.Process) -> str:
-        try:
-            return f"{p.pid} {' '.join(p.cmdline())[:100]}"
-        except psutil.Error:
-            return str(p.pid)
-
-    return (
-        f"parent {name(parent) if parent else '-'}; task process {name(process)} (session {os.getsid(pid)}); "
-        f"children: {[name(c) for c in children]}"
-    )
-
-
-def test_killed_task_process_retry_reattaches(deploy: Deployment) -> None:
-    """Case 8: SIGKILL the task process while its engine runs. The engine runs on in its own session; the
-    retry (retries=1) finds its own earlier engine holding the lock and reattaches instead of submitting
-    a second one; every record arrives once."""
-    api, dag_id, records = deploy.api, "deploy_killed", 6000
+def test_killed_task_process_retry_reattaches(deploy: Deployment, killed_run: KilledRun) -> None:
+    """Case 8: SIGKILL the task process while its engine runs (the DAG run started with the session:
+    KilledRun, deployment.py). The engine runs on in its own session; the retry (retries=1) finds its own
+    earlier engine holding the lock and reattaches instead of submitting a second one; every record
+    arrives once."""
+    api, dag_id, records = deploy.api, KILLED_DAG, 6000
     state = PipelineState.of(deploy.state_dir, "deploy-killed")
-    run_id = api.trigger(dag_id)
-    killed: dict[str, Any] = {}
-
-    def kill_once_running(tis: dict) -> None:
-        ti = tis["run"]
-        if killed or ti["state"] != "running" or ti["try_number"] != 1:
-            return
-        status = state.read_status() or {}
-        started = utc(api.run(dag_id, run_id)["start_date"])
-        if status.get("status") != "running" or not status.get("batches"):
-            return
-        if utc(status.get("updated_at")) < started:
-            return
-        pid = api.task_instance(dag_id, run_id, "run")["pid"]
-        killed["tree"] = process_tree(pid)
-        killed["pid"] = pid
-        killed["batches"] = status["batches"]
-        killed["at"] = time.time()
-        os.kill(pid, signal.SIGKILL)
-
-    watch = api.wait_for_run(dag_id, run_id, timeout=900, on_poll=kill_once_running)
-    assert killed, f"the engine was never seen running: {watch.seen}"
+    watch = killed_run.result(timeout=540)
+    run_id, killed = killed_run.run_id, killed_run.killed
+    assert run_id is not None and killed, f"the engine was never seen running: {watch.seen}"
     ti = watch.tis["run"]
     tries = {t["try_number"]: t["state"] for t in api.tries(dag_id, run_id, "run")}
     first_log = api.log(dag_id, run_id, "run", 1)

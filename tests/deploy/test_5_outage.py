@@ -60,7 +60,7 @@ def hand_over(task_log: str, scheduler_log: str, run_id: str) -> dict[str, float
 
 def test_transient_outage_recovered_through_the_triggerer(deploy: Deployment, outage_run: OutageRun) -> None:
     api = deploy.api
-    watch = outage_run.result(timeout=1200)
+    watch = outage_run.result(timeout=540)
     run_id = outage_run.run_id
     assert run_id is not None
     ti = watch.tis["run"]
