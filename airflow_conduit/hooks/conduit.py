@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -196,7 +197,10 @@ class ConduitHook(BaseHook):
         """A ``SparkSubmitHook`` for one submission."""
         kwargs = dict(self.spark_submit_kwargs)
         # The engine's GC setting (see airflow_conduit.engine.jvm), unless the submission sets its own.
-        conf = {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **self.conf}
+        # env_vars reach the executors too (spark.executorEnv): on a cluster they do not inherit the
+        # driver's environment, and custom.python code there may read them.
+        executor_env = {f"spark.executorEnv.{key}": value for key, value in self.env_vars.items()}
+        conf = {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **executor_env, **self.conf}
         return ConduitSparkSubmitHook(
             conf=conf,
             conn_id=self.spark_conn_id,
@@ -258,7 +262,12 @@ class ConduitHook(BaseHook):
         failure: AirflowException | None = None
         try:
             # A session of its own: every process of the engine is in it, to be ended as a whole.
-            spark.submit(application=self.application or engine_application(), start_new_session=True)
+            # No stdin: the task's is its supervisor's socket, which a lingering engine would keep open.
+            spark.submit(
+                application=self.application or engine_application(),
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+            )
         except AirflowException as exc:  # a nonzero exit: classified below from the payload
             failure = exc
         finally:

@@ -288,6 +288,7 @@ class ConduitPipelineOperator(BaseOperator):
         self, context: Context, recovery: PipelineRecovery, runs: list[dict[str, Any]]
     ) -> dict[str, Any]:
         state = recovery.state
+        refusals = 0
         while True:
             recovery.mark_restarted()
             run = self._reattach(context) or self.hook.run_pipeline(
@@ -297,6 +298,10 @@ class ConduitPipelineOperator(BaseOperator):
                 mode=self.mode,  # type: ignore[arg-type]
                 stop_after=self._stop_after_seconds(),
             )
+            if _refused(run):
+                refusals += 1
+                self._wait_for_the_other_engine(recovery.policy, refusals)
+                continue
             runs.append(_run_summary(run))
             self._log_run(run)
             outcome = run.outcome
@@ -380,6 +385,22 @@ class ConduitPipelineOperator(BaseOperator):
         if owner is not None:
             self.hook.env_vars[OWNER_ENV] = owner
             self.hook.env_vars[TRY_ENV] = str(getattr(context.get("ti"), "try_number", "") or "")
+
+    def _wait_for_the_other_engine(self, policy: RecoveryPolicy, refusals: int) -> None:
+        """Back off after the pipeline's lock refused this run, leaving the pipeline's state alone.
+
+        The pipeline is not failing: another engine runs it. Its status, restart history and window
+        belong to that engine's task, so neither recovery nor a retry policy hears of the refusal; the
+        wait grows as the policy's backoff does, without a limit, and is spent in the worker.
+        """
+        delay = policy.delay_for(refusals)
+        self.log.warning(
+            "Pipeline %s is run by another engine, which refused this run (%d time(s)); trying again in %s",
+            self.pipeline_id,
+            refusals,
+            format_duration(delay),
+        )
+        time.sleep(delay.total_seconds())
 
     def _stop_after_seconds(self) -> float | None:
         if self.mode != "continuous" or self.stop_after is None:
@@ -547,6 +568,11 @@ def _lost_engine_payload(pipeline_id: str, holder: LockHolder) -> dict[str, Any]
         "started_at": holder.started_at,
         "ended_at": utc_now(),
     }
+
+
+def _refused(run: PipelineRun) -> bool:
+    """Whether the pipeline's run lock refused the run: another engine runs the pipeline."""
+    return ((run.payload.get("error") or {}).get("code")) == Code.PIPELINE_LOCKED
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:

@@ -6,7 +6,7 @@ entry n (the last one repeats). It writes what the engine writes - status, audit
 (``"write_exit_json": false`` leaves it out), DLQ records - and prints the payload as its last line
 (``"print_payload": false`` does not).
 
-``"foreign_exit_json": {...}`` is written to ``exit.json`` as another engine's, ended meanwhile.
+``"refused": true`` plays a run the pipeline's lock refused. ``"foreign_exit_json": {...}`` is written to ``exit.json`` as another engine's, ended meanwhile.
 
 ``"detach_seconds": N`` plays an engine whose worker died under it: a process in its own session takes
 the pipeline's run lock (named after the task, as the real engine does), ends gracefully N seconds
@@ -97,6 +97,10 @@ def main(argv: list[str]) -> int:
     runs = scenario["runs"]
     run = runs[min(n, len(runs) - 1)]
     started = utc_now()
+    if run.get("refused"):  # the run lock refused it: the real engine writes nothing but its payload line
+        error = {"kind": "transient", "code": "pipeline_locked", "message": "pipeline p is already running"}
+        print(json.dumps({"pipeline": args.pipeline, "status": "failed", "exit_code": 75, "error": error}))
+        return 75
     if "detach_seconds" in run:
         detach(state, float(run["detach_seconds"]))
     state.write_status("running", error=None)

@@ -79,6 +79,13 @@ def test_submission_carries_the_engine_gc_setting_unless_conf_sets_its_own(hook)
     assert conf == {"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b"}
 
 
+def test_env_vars_reach_the_executors_of_a_cluster_too():
+    """On a standalone cluster executors do not inherit the driver's environment (seen in make deploy)."""
+    hook = ConduitHook(application=FAKE, env_vars={"FLAKY_MARKER": "/m"}, conf={"spark.executorEnv.X": "own"})
+    conf = hook.get_spark_submit_hook([], name="n")._conf
+    assert conf["spark.executorEnv.FLAKY_MARKER"] == "/m" and conf["spark.executorEnv.X"] == "own"
+
+
 def test_job_env_sets_pyspark_python(hook):
     env = ConduitHook(python="/opt/py/bin/python", env_vars={"X": 1}).job_env()
     assert env["PYSPARK_PYTHON"] == "/opt/py/bin/python" and env["X"] == "1"

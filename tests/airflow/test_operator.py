@@ -274,6 +274,29 @@ def test_a_retry_reattaches_to_the_engine_its_earlier_try_left_running(airflow_e
     assert r["xcom"]["run"]["records"]["acked"] == 7  # the detached engine's payload, not ok(acked=99)
 
 
+@pytest.mark.parametrize("path", ["recovery", "retry_policy"])
+def test_a_run_refused_by_the_lock_waits_and_leaves_the_running_pipelines_state_alone(
+    airflow_env, tmp_path, path
+):
+    """Another engine runs the pipeline: its status, restart history and window are not this task's,
+    and two refusals must not use up a window of one restart."""
+    args = {
+        "recovery": "recovery=RecoveryPolicy(min_delay=1, max_retries=1)",
+        "retry_policy": "retry_policy=ConduitRetryPolicy(RecoveryPolicy(min_delay=1, max_retries=1))",
+    }[path]
+    dag, state = pipeline_dag(
+        airflow_env, tmp_path, f"op_refused_{path}", [{"refused": True}, {"refused": True}, ok()], args
+    )
+    r = airflow_env.run_dag(dag, f"op_refused_{path}")
+    task = r["tasks"]["run"]
+    assert task["state"] == "success" and task["try_number"] == 1
+    assert fake_runs(state) == 3
+    assert [e for e in audit(state) if e[0] != "started"] == [("stopped",)]  # no fault, no recovering
+    assert not (state.root / "recovery.json").exists()
+    assert "which refused this run (2 time(s)); trying again in 2s" in r["log"]
+    assert r["xcom"]["run"]["restarts"] == 0
+
+
 def test_retry_policy_path_degrades_when_the_window_is_used_up(airflow_env, tmp_path):
     dag, state = pipeline_dag(
         airflow_env,
