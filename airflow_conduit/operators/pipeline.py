@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.assets import dlq_asset
-from airflow_conduit.errors import EXIT_CONFIG, EXIT_TRANSIENT, Code
+from airflow_conduit.errors import EXIT_CONFIG
 from airflow_conduit.hooks.exceptions import (
     ConduitPipelineError,
     PipelineConfigError,
@@ -22,14 +21,13 @@ from airflow_conduit.hooks.exceptions import (
     PipelineFatalError,
     PipelineTransientError,
 )
+from airflow_conduit.operators.one_engine import OneEnginePerPipeline, refused
 from airflow_conduit.plugins.links import ConduitPipelineLink
-from airflow_conduit.recovery.decision import parse_time
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration, parse_duration
 from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy
 from airflow_conduit.recovery.runner import wait_until
-from airflow_conduit.run_lock import OWNER_ENV, TRY_ENV, LockHolder, current_holder
-from airflow_conduit.state import PipelineState, read_json, utc_now, write_json_atomic
+from airflow_conduit.state import PipelineState, read_json, write_json_atomic
 from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.recovery import PipelineRecoveryTrigger
 
@@ -81,7 +79,7 @@ class _RecoveryFromConfig:
 RECOVERY_FROM_CONFIG = _RecoveryFromConfig()
 
 
-class ConduitPipelineOperator(BaseOperator):
+class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
     """Runs a Conduit pipeline file on Spark (through ``spark-submit``) and recovers it as Conduit would.
 
     A graceful stop pushes the run's counters to XCom (the return value is the exit payload plus
@@ -298,7 +296,7 @@ class ConduitPipelineOperator(BaseOperator):
                 mode=self.mode,  # type: ignore[arg-type]
                 stop_after=self._stop_after_seconds(),
             )
-            if _refused(run):
+            if refused(run):
                 refusals += 1
                 self._wait_for_the_other_engine(recovery.policy, refusals)
                 continue
@@ -370,100 +368,10 @@ class ConduitPipelineOperator(BaseOperator):
         if "hook" in self.__dict__:
             self.hook.on_kill()
 
-    # one engine per pipeline ---------------------------------------------------------------------
-    @staticmethod
-    def _owner(context: Context) -> str | None:
-        """Who the engine works for: this task instance across its tries (DAG, task, run, map index)."""
-        ti = context.get("ti")
-        if ti is None:
-            return None
-        return f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{getattr(ti, 'map_index', -1)}"
-
-    def _name_the_engine(self, context: Context) -> None:
-        """Put this task instance into the engine's lock (``run.lock``), so a retry recognises it."""
-        owner = self._owner(context)
-        if owner is not None:
-            self.hook.env_vars[OWNER_ENV] = owner
-            self.hook.env_vars[TRY_ENV] = str(getattr(context.get("ti"), "try_number", "") or "")
-
-    def _wait_for_the_other_engine(self, policy: RecoveryPolicy, refusals: int) -> None:
-        """Back off after the pipeline's lock refused this run, leaving the pipeline's state alone.
-
-        The pipeline is not failing: another engine runs it. Its status, restart history and window
-        belong to that engine's task, so neither recovery nor a retry policy hears of the refusal; the
-        wait grows as the policy's backoff does, without a limit, and is spent in the worker.
-        """
-        delay = policy.delay_for(refusals)
-        self.log.warning(
-            "Pipeline %s is run by another engine, which refused this run (%d time(s)); trying again in %s",
-            self.pipeline_id,
-            refusals,
-            format_duration(delay),
-        )
-        time.sleep(delay.total_seconds())
-
     def _stop_after_seconds(self) -> float | None:
         if self.mode != "continuous" or self.stop_after is None:
             return None
         return parse_duration(self.stop_after, name="stop_after").total_seconds()
-
-    def _reattach(self, context: Context) -> PipelineRun | None:
-        """Watch an engine an earlier try of this task left running, instead of submitting a second.
-
-        The earlier try's worker died (killed, lost its node) but its engine runs on in its own session
-        and holds the pipeline's run lock. As with Airflow's ``ResumableJobMixin``, the retry reattaches:
-        it waits for that engine to end and takes its exit payload as this run's. An engine of anyone
-        else is not waited for: it refuses the new run (exit 75), and recovery decides what follows.
-        """
-        state = self._state
-        holder = current_holder(state.root)
-        owner = self._owner(context)
-        if holder is None:
-            return None
-        if owner is None or holder.owner != owner:
-            self.log.warning(
-                "Pipeline %s is being run by another engine (%s); the new run will be refused while it runs",
-                self.pipeline_id,
-                holder.describe(),
-            )
-            return None
-        self.log.warning(
-            "Reattaching to pipeline %s's engine left running by an earlier try (%s) instead of "
-            "submitting a second one",
-            self.pipeline_id,
-            holder.describe(),
-        )
-        ti = context.get("ti")
-        state.audit("reattached", holder=holder.to_dict(), try_number=getattr(ti, "try_number", None))
-        self._reattached = True
-        try:
-            return self._watch(state, holder)
-        finally:
-            self._reattached = False
-
-    def _watch(self, state: PipelineState, holder: LockHolder) -> PipelineRun:
-        from airflow_conduit.hooks.conduit import PipelineRun
-
-        started = parse_time(holder.started_at)
-        stop_after = self._stop_after_seconds()
-        while current_holder(state.root) is not None:
-            running_for = (datetime.now(UTC) - started).total_seconds()
-            if stop_after is not None and running_for >= stop_after and not state.stop_requested:
-                self.log.info("Requesting a graceful stop of pipeline %s (stop_after)", self.pipeline_id)
-                state.request_stop()
-            time.sleep(1.0)
-        payload = state.read_exit_payload()
-        if not payload or parse_time(payload.get("started_at") or "1970-01-01T00:00:00Z") < started:
-            payload = _lost_engine_payload(self.pipeline_id, holder)
-        return PipelineRun(
-            pipeline_id=self.pipeline_id,
-            state_dir=self._abs_state_dir,
-            payload=payload,
-            payload_source="state_dir",
-            returncode=None,
-            submitted_at=started,
-            ended_at=datetime.now(UTC),
-        )
 
     # results -------------------------------------------------------------------------------------
     def _log_run(self, run: PipelineRun) -> None:
@@ -554,25 +462,6 @@ class ConduitPipelineOperator(BaseOperator):
             asset.uri,
         )
         return extra
-
-
-def _lost_engine_payload(pipeline_id: str, holder: LockHolder) -> dict[str, Any]:
-    """How a reattached engine ended when it left no exit payload: killed, so transient."""
-    message = f"the engine ({holder.describe()}) ended without an exit payload (killed?)"
-    return {
-        "pipeline": pipeline_id,
-        "status": "failed",
-        "exit_code": EXIT_TRANSIENT,
-        "error": {"kind": "transient", "code": Code.SPARK_FAILED, "message": message, "node": None},
-        "records": {},
-        "started_at": holder.started_at,
-        "ended_at": utc_now(),
-    }
-
-
-def _refused(run: PipelineRun) -> bool:
-    """Whether the pipeline's run lock refused the run: another engine runs the pipeline."""
-    return ((run.payload.get("error") or {}).get("code")) == Code.PIPELINE_LOCKED
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:
