@@ -9,7 +9,7 @@ refused the run.
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_conduit.errors import EXIT_TRANSIENT, Code
@@ -17,6 +17,7 @@ from airflow_conduit.recovery.decision import parse_time
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
 from airflow_conduit.run_lock import OWNER_ENV, TRY_ENV, LockHolder, current_holder
 from airflow_conduit.state import PipelineState, utc_now
+from airflow_conduit.triggers.hand_over import not_before
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -41,6 +42,12 @@ class OneEnginePerPipeline:
 
         def _stop_after_seconds(self) -> float | None: ...
 
+        deferrable: bool
+
+        def resolve_deferral_threshold(self) -> timedelta: ...
+
+        def defer(self, *, trigger: Any, method_name: str) -> None: ...
+
     @staticmethod
     def _owner(context: Context) -> str | None:
         """Who the engine works for: this task instance across its tries (DAG, task, run, map index)."""
@@ -56,20 +63,41 @@ class OneEnginePerPipeline:
             self.hook.env_vars[OWNER_ENV] = owner
             self.hook.env_vars[TRY_ENV] = str(getattr(context.get("ti"), "try_number", "") or "")
 
-    def _wait_for_the_other_engine(self, policy: RecoveryPolicy, refusals: int) -> None:
+    def _wait_for_the_other_engine(
+        self, policy: RecoveryPolicy, refusals: int, runs: list[dict[str, Any]]
+    ) -> None:
         """Back off after the pipeline's lock refused this run, leaving the pipeline's state alone.
 
         The pipeline is not failing: another engine runs it. Its status, restart history and window
         belong to that engine's task, so neither recovery nor a retry policy hears of the refusal; the
-        wait grows as the policy's backoff does, without a limit, and is spent in the worker.
+        wait grows as the policy's backoff does, without a limit. As a restart's backoff, it is
+        deferred from ``deferral_threshold`` on (the refusal count rides in the trigger's ``carry``).
         """
         delay = policy.delay_for(refusals)
+        threshold = self.resolve_deferral_threshold()
+        deferred = self.deferrable and delay >= threshold
         self.log.warning(
-            "Pipeline %s is run by another engine, which refused this run (%d time(s)); trying again in %s",
+            "Pipeline %s is run by another engine, which refused this run (%d time(s)); trying again in %s%s",
             self.pipeline_id,
             refusals,
             format_duration(delay),
+            " (deferred)" if deferred else "",
         )
+        if deferred:
+            from airflow_conduit.triggers.recovery import PipelineRecoveryTrigger
+
+            self.defer(
+                trigger=PipelineRecoveryTrigger(
+                    pipeline_id=self.pipeline_id,
+                    state_dir=self._abs_state_dir,
+                    start_at=datetime.now(UTC) + delay,
+                    attempt=refusals,
+                    delay=delay.total_seconds(),
+                    carry={"runs": runs, "refusals": refusals},
+                    not_before=not_before(threshold),
+                ),
+                method_name="execute_complete",
+            )
         time.sleep(delay.total_seconds())
 
     def _reattach(self, context: Context) -> PipelineRun | None:

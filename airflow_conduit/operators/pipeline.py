@@ -270,9 +270,12 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         """Resumes after :class:`PipelineRecoveryTrigger`: restarts the pipeline, or stops it."""
         self._name_the_engine(context)
         recovery = self._recovery()
-        runs = list(runs or (event.get("carry") or {}).get("runs") or [])
+        carry = event.get("carry") or {}
+        runs = list(runs or carry.get("runs") or [])
+        refusals = int(carry.get("refusals") or 0)  # a wait for another engine, not a restart
         if event.get("status") == "stop_requested":
-            cancel_recovery(recovery)
+            if not refusals:
+                cancel_recovery(recovery)
             return self._finish(context, None, runs, outcome="cancelled")
         self.log.info(
             "Backoff of %s over (attempt %s, started at %s)",
@@ -280,13 +283,16 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             event.get("attempt"),
             event.get("start_at"),
         )
-        return self._run(context, recovery, runs=runs)
+        return self._run(context, recovery, runs=runs, refusals=refusals)
 
     def _run(
-        self, context: Context, recovery: PipelineRecovery, runs: list[dict[str, Any]]
+        self,
+        context: Context,
+        recovery: PipelineRecovery,
+        runs: list[dict[str, Any]],
+        refusals: int = 0,
     ) -> dict[str, Any]:
         state = recovery.state
-        refusals = 0
         while True:
             recovery.mark_restarted()
             run = self._reattach(context) or self.hook.run_pipeline(
@@ -298,7 +304,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             )
             if refused(run):
                 refusals += 1
-                self._wait_for_the_other_engine(recovery.policy, refusals)
+                self._wait_for_the_other_engine(recovery.policy, refusals, runs)
                 continue
             runs.append(_run_summary(run))
             self._log_run(run)

@@ -274,7 +274,7 @@ def test_a_retry_reattaches_to_the_engine_its_earlier_try_left_running(airflow_e
     assert r["xcom"]["run"]["records"]["acked"] == 7  # the detached engine's payload, not ok(acked=99)
 
 
-@pytest.mark.parametrize("path", ["recovery", "retry_policy"])
+@pytest.mark.parametrize("path", ["recovery", "retry_policy", "deferred"])
 def test_a_run_refused_by_the_lock_waits_and_leaves_the_running_pipelines_state_alone(
     airflow_env, tmp_path, path
 ):
@@ -283,6 +283,7 @@ def test_a_run_refused_by_the_lock_waits_and_leaves_the_running_pipelines_state_
     args = {
         "recovery": "recovery=RecoveryPolicy(min_delay=1, max_retries=1)",
         "retry_policy": "retry_policy=ConduitRetryPolicy(RecoveryPolicy(min_delay=1, max_retries=1))",
+        "deferred": "recovery=RecoveryPolicy(min_delay=1, max_retries=1), deferral_threshold=2",
     }[path]
     dag, state = pipeline_dag(
         airflow_env, tmp_path, f"op_refused_{path}", [{"refused": True}, {"refused": True}, ok()], args
@@ -295,6 +296,8 @@ def test_a_run_refused_by_the_lock_waits_and_leaves_the_running_pipelines_state_
     assert not (state.root / "recovery.json").exists()
     assert "which refused this run (2 time(s)); trying again in 2s" in r["log"]
     assert r["xcom"]["run"]["restarts"] == 0
+    # The second wait (2 s) reaches the threshold of the "deferred" case only.
+    assert r["log"].count("running trigger in line") == (1 if path == "deferred" else 0)
 
 
 def test_retry_policy_path_degrades_when_the_window_is_used_up(airflow_env, tmp_path):
