@@ -1,8 +1,10 @@
-"""Case 1: a transient outage recovered through the triggerer, with the operator's defaults.
+"""Case 1: a transient outage ridden out through the triggerer, with the operator's defaults.
 
-``deferrable=True`` and recovery from the ``[conduit]`` section (Conduit's defaults 1s/10m/2/-1/5m).
-Backoffs shorter than ``[conduit] deferral_threshold`` (30 s) are waited out in the worker, longer ones
-defer to the triggerer: the first deferral is the 6th restart (32 s). The DAG run was triggered when the
+``deferrable=True`` and the ``[conduit]`` section's defaults (Conduit's 1s/10m/2/-1/5m). The outage is
+the pipeline's run lock held by the test, as another engine would hold it: each refused run backs off
+with the policy's delays, without touching the pipeline's recovery state. Waits shorter than ``[conduit]
+deferral_threshold`` (30 s) stay in the worker, longer ones defer to the triggerer: the first deferral
+is the 6th wait (32 s). The DAG run was triggered when the
 session started (``OutageRun``, deployment.py) so that its 7 engine runs overlap the other cases; during
 the outage the test held the pipeline's run lock (each engine run refused, transient), and let go of it
 once the task was seen ``deferred``. Checked last.
@@ -41,7 +43,7 @@ def hand_over(task_log: str, scheduler_log: str, run_id: str) -> dict[str, float
     executor event (its log), and until the task resumed after the trigger fired (its log)."""
     deferred_at = resumed_at = event_at = None
     for line in task_log.splitlines():
-        if "deferring to the triggerer" in line:
+        if "deferring to the triggerer" in line or "(deferred)" in line:
             deferred_at = log_time(line)
         elif deferred_at and resumed_at is None and "Backoff of" in line:
             resumed_at = log_time(line)
@@ -70,16 +72,25 @@ def test_transient_outage_recovered_through_the_triggerer(deploy: Deployment, ou
     assert watch.seen["run"].count("deferred") == 1, watch.seen
     assert ti["try_number"] == 1, ti
 
+    # The outage is the run lock, held by the test as another engine would: each refused run backs off
+    # with the [conduit] default delays, leaving the pipeline's recovery state alone (no "recovering").
     state = PipelineState.of(deploy.state_dir, "deploy-outage")
-    recovering = [(e["attempt"], e["delay"]) for e in state.read_audit() if e["event"] == "recovering"]
-    assert recovering == [(1, 1.0), (2, 2.0), (3, 4.0), (4, 8.0), (5, 16.0), (6, 32.0)], recovering
     audit = state.read_audit()
+    assert not [e for e in audit if e["event"] == "recovering"], audit
     refused = [e for e in audit if e["event"] == "refused"]
     assert len(refused) == 6 and all(e["holder"] == outage_run.holder for e in refused), refused
     assert sum(e["event"] == "started" for e in audit) == 1
-    waited = [line for line in log.splitlines() if "waiting in the worker" in line]
-    deferring = [line for line in log.splitlines() if "deferring to the triggerer" in line]
-    assert len(waited) == 5 and len(deferring) == 1, (waited, deferring)
+    waits = re.findall(
+        r"which refused this run \((\d+) time\(s\)\); trying again in (\w+)( \(deferred\))?", log
+    )
+    assert waits == [
+        ("1", "1s", ""),
+        ("2", "2s", ""),
+        ("3", "4s", ""),
+        ("4", "8s", ""),
+        ("5", "16s", ""),
+        ("6", "32s", " (deferred)"),
+    ], waits
     written = read_jsonl(deploy.output_dir / "deploy-outage")
     numbers = sorted(int(base64.b64decode(r["position"])) for r in written)
     assert numbers == list(range(RECORDS)), f"{len(written)} records written"
@@ -94,7 +105,7 @@ def test_transient_outage_recovered_through_the_triggerer(deploy: Deployment, ou
     assert measured["executor_event"] < measured["resumed"], measured
     print(
         f"\nverified: an outage over 6 engine runs (each refused: the test held the run lock) recovered "
-        f"in one task try: restarts 1-5 (1-16 s) waited in the worker, the 6th (32 s) deferred once to "
+        f"in one task try: waits 1-5 (1-16 s) in the worker, the 6th (32 s) deferred once to "
         f"the triggerer (states {watch.seen['run']}); the outage ended when the API showed the task "
         f"deferred; the 7th run delivered all {RECORDS} records, each once; no executor-event race in the "
         f"scheduler log. Hand-over: the scheduler processed the deferring "
