@@ -106,7 +106,8 @@ class OneEnginePerPipeline:
         The earlier try's worker died (killed, lost its node) but its engine runs on in its own session
         and holds the pipeline's run lock. As with Airflow's ``ResumableJobMixin``, the retry reattaches:
         it waits for that engine to end and takes its exit payload as this run's. An engine of anyone
-        else is not waited for: it refuses the new run (exit 75), and recovery decides what follows.
+        else is not reattached to: it refuses the new run (exit 75), and
+        :meth:`_wait_for_the_other_engine` backs off before the next submission.
         """
         state = self._state
         holder = current_holder(state.root)
