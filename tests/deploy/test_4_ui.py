@@ -12,39 +12,23 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import pytest
 from deployment import Deployment, DlqReview, KilledRun, OutageRun
 
 from airflow_conduit.state import list_pipelines
+from tests.browser import headless_chromium
 
 pytestmark = pytest.mark.deploy
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 ARTIFACTS = Path(tempfile.gettempdir()) / "conduit-deploy-artifacts"
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "install Debian's chromium: apt-get install -y chromium"
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+def browser() -> Iterator[Any]:
+    with headless_chromium() as chromium:
+        yield chromium
 
 
 def test_conduit_pages_show_the_real_runs(

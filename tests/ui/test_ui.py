@@ -18,26 +18,17 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from airflow_conduit.state import PipelineState
+from tests.browser import CHROMIUM, headless_chromium
 
 pytestmark = pytest.mark.ui
 
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEGRADED_MESSAGE = (
     "DLQ nack threshold exceeded (window 10, threshold 2) at position 128: amount is a multiple of 10"
 )
@@ -199,15 +190,9 @@ def airflow_server(tmp_path_factory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+def browser() -> Iterator[Any]:
+    with headless_chromium() as chromium:
+        yield chromium
 
 
 def test_pipeline_list_shows_both_pipelines_and_the_degraded_error(airflow_server, browser):
