@@ -15,13 +15,13 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from airflow_conduit.files import write_atomic
 from airflow_conduit.state import PipelineState
 
 NACK_ERROR = "conduit.dlq.nack.error"
@@ -249,15 +249,8 @@ def write_replay(
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     name = name or f"replay-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}.jsonl"
-    fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=root)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
-        target = root / name
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    target = root / name
+    write_atomic(target, "\n".join(lines) + "\n")
     return target
 
 

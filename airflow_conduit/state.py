@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from airflow_conduit.files import write_atomic
 
 Status = Literal["running", "recovering", "degraded", "stopped", "failed"]
 
@@ -40,16 +41,7 @@ def utc_now() -> str:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=False)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
 
 
 def read_json(path: Path) -> Any | None:

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
-import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -45,6 +42,7 @@ from pyspark.sql.streaming.listener import (
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.config.model import PipelineConfig
+from airflow_conduit.files import write_atomic
 from airflow_conduit.state import PipelineState
 
 logger = logging.getLogger("airflow_conduit.engine")
@@ -193,19 +191,6 @@ def render(samples: Mapping[str, Mapping[Labels, float | Histogram]]) -> str:
             else:
                 out.append(f"{name}{_labels(labels)} {_number(value)}")
     return "\n".join(out) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a node_exporter running as another user must read it
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # the pipeline's metrics -------------------------------------------------------------------------------

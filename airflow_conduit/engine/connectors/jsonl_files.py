@@ -27,6 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
+from airflow_conduit.files import write_atomic
 from airflow_conduit.record import opencdc_json_steps
 
 MANIFEST = "_delivery.json"
@@ -35,12 +36,6 @@ MANIFEST = "_delivery.json"
 def _marker(directory: Path, delivery: Delivery) -> Path:
     writer = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{delivery.pipeline_id}-{delivery.destination_id}")
     return directory / f".delivery-{writer}.json"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _finish(commit_dir: Path) -> list[Path]:
@@ -53,7 +48,7 @@ def _finish(commit_dir: Path) -> list[Path]:
         if source.exists():
             os.replace(source, destination)
         published.append(destination)
-    _write_atomically(directory / manifest["marker"], json.dumps(manifest["delivery"]))
+    write_atomic(directory / manifest["marker"], json.dumps(manifest["delivery"]))
     shutil.rmtree(commit_dir, ignore_errors=True)
     return published
 
