@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint bench bench-postgres clean
+.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint docs bench bench-postgres clean
 
 venv: $(STAMP)
 
@@ -60,9 +60,17 @@ deploy: $(STAMP)
 test-e2e: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m engine tests/airflow
 
+# Style, layering (import-linter contracts in pyproject.toml), types, and the docs site.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .site
+
+# The reference docs (docs/, MkDocs Material) served on http://127.0.0.1:8000 while you edit them.
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/throughput.py
@@ -74,4 +82,4 @@ bench-postgres: $(STAMP)
 	$(VENV)/bin/python benchmarks/postgres_cdc.py
 
 clean:
-	rm -rf $(VENV) .conduit demo-output .airflow-demo
+	rm -rf $(VENV) .conduit demo-output .airflow-demo .site .mypy_cache .import_linter_cache
