@@ -16,9 +16,9 @@ one plan, so their times cannot be told apart without running the batch more tha
 ``conduit_dlq_bytes`` does observe one record: the size of its line in the state dir's DLQ store
 (``dlq/``, which holds every DLQ record whatever the pipeline's DLQ plugin).
 
-The file is replaced atomically after every batch and at the end of a run, so node_exporter's textfile
-collector (point it at a copy or a symlink, it only reads ``*.prom`` in its own directory) or any scraper
-never reads half of it. Counters count one run: a restart starts them at zero, as a restarted process would.
+prometheus_client keeps the values (a registry per pipeline) and renders the text. The file is replaced
+atomically after every batch and at the end of a run, so node_exporter's textfile collector (point it at
+a copy or a symlink, it only reads ``*.prom`` in its own directory) or any scraper never reads half of it. Counters count one run: a restart starts them at zero, as a restarted process would.
 """
 
 from __future__ import annotations
@@ -27,10 +27,12 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest
+from prometheus_client.metrics_core import Metric
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
@@ -59,138 +61,143 @@ SPARK_PHASES = ("triggerExecution", "addBatch", "getBatch", "latestOffset", "que
 FINAL_PROGRESS_WAIT = 5.0
 """Seconds :meth:`PipelineMetrics.finish` waits for Spark's (asynchronous) progress of the last batch."""
 
-Labels = tuple[tuple[str, str], ...]
+BASE = ("pipeline_name",)
+CONNECTOR = ("pipeline_name", "connector", "plugin", "type")
 
 
-# Prometheus text format ------------------------------------------------------------------------------
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Families:
+    """The metric families of one pipeline, in a registry of their own (not the process-wide default
+    one): each run of each pipeline writes its own file, and a second pipeline in the same process
+    must not collide with the first one's names."""
 
-
-def _escape_help(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels) + "}"
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if float(value).is_integer() and abs(value) < 2**53:
-        return str(int(value))
-    return repr(float(value))
-
-
-@dataclass
-class Histogram:
-    """Cumulative buckets, sum and count of some observations."""
-
-    buckets: Sequence[float]
-    counts: list[int] = field(default_factory=list)
-    total: float = 0.0
-    count: int = 0
-
-    def __post_init__(self) -> None:
-        self.counts = [0] * len(self.buckets)
-
-    def observe(self, value: float) -> None:
-        self.total += value
-        self.count += 1
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-
-    def samples(self, name: str, labels: Labels) -> list[str]:
-        lines = [
-            f"{name}_bucket{_labels((*labels, ('le', _number(bound))))} {count}"
-            for bound, count in zip(self.buckets, self.counts, strict=True)
-        ]
-        lines.append(f"{name}_bucket{_labels((*labels, ('le', '+Inf')))} {self.count}")
-        lines.append(f"{name}_sum{_labels(labels)} {_number(self.total)}")
-        lines.append(f"{name}_count{_labels(labels)} {self.count}")
-        return lines
-
-
-@dataclass(frozen=True)
-class Family:
-    name: str
-    kind: str  # counter | gauge | histogram
-    help: str
-
-
-FAMILIES = {
-    f.name: f
-    for f in (
-        Family("conduit_pipeline_status", "gauge", "1 for the pipeline's current status, 0 for the others."),
-        Family(
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.status = Gauge(
+            "conduit_pipeline_status",
+            "1 for the pipeline's current status, 0 for the others.",
+            [*BASE, "status"],
+            registry=r,
+        )
+        # prometheus_client drops a counter's _total from the family name and adds it to the sample.
+        self.records = Counter(
             "conduit_pipeline_records_total",
-            "counter",
             "Records of this run by state: read, acked, filtered, nacked, dlq (the exit payload's records).",
-        ),
-        Family(
+            [*BASE, "state"],
+            registry=r,
+        )
+        self.connector_records = Counter(
             "conduit_connector_records_total",
-            "counter",
             "Records a destination connector wrote in this run, by pipeline name, connector, plugin and type.",
-        ),
-        Family(
+            CONNECTOR,
+            registry=r,
+        )
+        self.connector_bytes = Counter(
             "conduit_connector_bytes_total",
-            "counter",
             "Bytes a file-writing destination connector published in this run (OpenCDC JSON lines).",
-        ),
-        Family(
+            CONNECTOR,
+            registry=r,
+        )
+        self.connector_seconds = Histogram(
             "conduit_connector_execution_duration_seconds",
-            "histogram",
             "Time per micro-batch in a destination connector: its write (which may compute the batch) "
             "and its commit.",
-        ),
-        Family("conduit_dlq_records_total", "counter", "Records written to the DLQ in this run."),
-        Family("conduit_dlq_bytes", "histogram", "Size in bytes of each record written to the DLQ."),
-        Family("conduit_pipeline_batches_total", "counter", "Micro-batches processed and committed."),
-        Family(
+            CONNECTOR,
+            registry=r,
+            buckets=BATCH_SECONDS_BUCKETS,
+        )
+        self.dlq_records = Counter(
+            "conduit_dlq_records_total",
+            "Records written to the DLQ in this run.",
+            [*BASE, "plugin"],
+            registry=r,
+        )
+        self.dlq_bytes = Histogram(
+            "conduit_dlq_bytes",
+            "Size in bytes of each record written to the DLQ.",
+            [*BASE, "plugin"],
+            registry=r,
+            buckets=BYTES_BUCKETS,
+        )
+        self.batches = Counter(
+            "conduit_pipeline_batches_total", "Micro-batches processed and committed.", BASE, registry=r
+        )
+        self.batch_seconds = Histogram(
             "conduit_pipeline_execution_duration_seconds",
-            "histogram",
             "Time a micro-batch spent in the pipeline (processors, destinations and DLQ).",
-        ),
-        Family(
+            BASE,
+            registry=r,
+            buckets=BATCH_SECONDS_BUCKETS,
+        )
+        self.source_rows = Counter(
             "conduit_spark_source_rows_total",
-            "counter",
             "Rows Spark read per streaming source (from the query's progress).",
-        ),
-        Family(
+            [*BASE, "source"],
+            registry=r,
+        )
+        self.phases = Histogram(
             "conduit_spark_batch_phase_duration_seconds",
-            "histogram",
             "Duration of a micro-batch's phases as Spark reports them (triggerExecution, addBatch, ...).",
-        ),
-        Family("conduit_pipeline_input_records_per_second", "gauge", "Input rate of the last micro-batch."),
-        Family(
+            [*BASE, "phase"],
+            registry=r,
+            buckets=BATCH_SECONDS_BUCKETS,
+        )
+        self.input_rate = Gauge(
+            "conduit_pipeline_input_records_per_second",
+            "Input rate of the last micro-batch.",
+            BASE,
+            registry=r,
+        )
+        self.processed_rate = Gauge(
             "conduit_pipeline_processed_records_per_second",
-            "gauge",
             "Processing rate of the last micro-batch.",
-        ),
-        Family("conduit_pipeline_last_batch_id", "gauge", "Id of the last micro-batch Spark reported."),
-    )
-}
+            BASE,
+            registry=r,
+        )
+        self.last_batch = Gauge(
+            "conduit_pipeline_last_batch_id", "Id of the last micro-batch Spark reported.", BASE, registry=r
+        )
 
 
-def render(samples: Mapping[str, Mapping[Labels, float | Histogram]]) -> str:
-    """Prometheus text exposition (format 0.0.4) of ``{family: {labels: value or Histogram}}``."""
-    out: list[str] = []
-    for name, family in FAMILIES.items():
-        series = samples.get(name) or {}
-        if not series:
-            continue
-        out.append(f"# HELP {name} {_escape_help(family.help)}")
-        out.append(f"# TYPE {name} {family.kind}")
-        for labels, value in sorted(series.items()):
-            if isinstance(value, Histogram):
-                out.extend(value.samples(name, labels))
-            else:
-                out.append(f"{name}{_labels(labels)} {_number(value)}")
-    return "\n".join(out) + "\n"
+class _TextFileView:
+    """The registry as the file shows it: without ``_created`` samples and without empty families.
+
+    ``_created`` is dropped here rather than with ``prometheus_client.disable_created_metrics()``, which
+    is process-wide and would change the output of any other user of prometheus_client in the process.
+    Families without series (a labelled metric before its first value) are left out, as the file always
+    did, so a rate appears once Spark reported one.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in self.registry.collect():
+            metric.samples = [s for s in metric.samples if s.name != f"{metric.name}_created"]
+            if metric.samples:
+                yield metric
+
+
+def _mirror(
+    counter: Counter,
+    labels: Callable[[str], tuple[str, ...]],
+    before: Mapping[str, int],
+    after: Mapping[str, int],
+) -> None:
+    """Make ``counter``'s series show the totals ``after``, which the engine counts itself (``RunCounters``).
+
+    prometheus_client's counters only go up by an amount, so each series goes up by what its total grew
+    since ``before``; a total that went down (not seen within a run) resets its series, and a key that
+    is gone loses its series, so the file always shows exactly ``after``.
+    """
+    for key in before.keys() - after.keys():
+        counter.remove(*labels(key))
+    for key, value in after.items():
+        series = counter.labels(*labels(key))
+        previous = before.get(key, 0)
+        if value < previous:
+            series.reset()
+            previous = 0
+        series.inc(value - previous)
 
 
 # the pipeline's metrics -------------------------------------------------------------------------------
@@ -203,23 +210,39 @@ class PipelineMetrics:
         self.query_name = query_name
         self.path = state.root / METRICS_FILE
         self._lock = threading.Condition()
-        self._status = "running"
+        self._m = _Families()
+        self._view = _TextFileView(self._m.registry)
+        pid = pipeline.id
+        self._pid = pid
+        self._dlq_plugin = pipeline.dlq.plugin
+        self._plugins = {c.node_id: c.plugin for c in pipeline.destinations}
+        self._plugins.update({c.id: c.plugin for c in pipeline.destinations})
+        # The totals the counters show (RunCounters' or the exit payload's), to advance them by the difference.
         self._records: dict[str, int] = dict.fromkeys(RECORD_STATES, 0)
         self._written: dict[str, int] = {}
+        self._connector_bytes: dict[str, int] = {}
         self._batches = 0
         self._last_committed_batch: int | None = None
         self._last_progress_batch: int | None = None
-        self._batch_seconds = Histogram(BATCH_SECONDS_BUCKETS)
-        self._connector_seconds: dict[str, Histogram] = {}
-        self._connector_bytes: dict[str, int] = {}
-        self._dlq_bytes = Histogram(BYTES_BUCKETS)
         self._dlq_seen = dlq_tools.snapshot(state.dlq_dir)
-        self._source_rows: dict[str, int] = {}
-        self._phases: dict[str, Histogram] = {}
-        self._rates: dict[str, float] = {}
         self._spark: SparkSession | None = None
         self._listener: StreamingQueryListener | None = None
         self._run_id: str | None = None
+        # The series the file shows from the start, in the (sorted) order the file always had.
+        self._set_status("running")
+        for record_state in sorted(RECORD_STATES):
+            self._m.records.labels(pid, record_state)
+        self._m.dlq_records.labels(pid, self._dlq_plugin)
+        self._m.dlq_bytes.labels(pid, self._dlq_plugin)
+        self._m.batches.labels(pid)
+        self._m.batch_seconds.labels(pid)
+
+    def _connector(self, node: str) -> tuple[str, ...]:
+        return (self._pid, node, self._plugins.get(node, ""), "destination")
+
+    def _set_status(self, status: str) -> None:
+        for name in sorted(STATUSES):
+            self._m.status.labels(self._pid, name).set(1.0 if name == status else 0.0)
 
     # wiring ---------------------------------------------------------------------------------------
     def attach(self, spark: SparkSession) -> None:
@@ -248,26 +271,44 @@ class PipelineMetrics:
         records = counters.records()
         with self._lock:
             previous_dlq = self._records["dlq"]
-            self._records = {state: int(records.get(state) or 0) for state in RECORD_STATES}
-            self._written = {str(k): int(v) for k, v in (records.get("written") or {}).items()}
-            self._batches = int(counters.batches)
+            self._set_records(records)
+            batches = int(counters.batches)
+            _mirror(self._m.batches, lambda _: (self._pid,), {"": self._batches}, {"": batches})
+            self._batches = batches
             self._last_committed_batch = batch_id
-            self._batch_seconds.observe(seconds)
+            self._m.batch_seconds.labels(self._pid).observe(seconds)
             for node, spent in counters.last_destination_seconds.items():
-                self._connector_seconds.setdefault(node, Histogram(BATCH_SECONDS_BUCKETS)).observe(spent)
-            self._connector_bytes = {str(k): int(v) for k, v in counters.destination_bytes.items()}
+                self._m.connector_seconds.labels(*self._connector(node)).observe(spent)
+            published = {str(k): int(v) for k, v in counters.destination_bytes.items()}
+            _mirror(self._m.connector_bytes, self._connector, self._connector_bytes, published)
+            self._connector_bytes = published
             if self._records["dlq"] > previous_dlq:
                 self._observe_dlq_lines()
         self.write()
 
+    def _set_records(self, records: Mapping[str, Any]) -> None:
+        """The record counters from a ``records`` dict (``RunCounters.records()`` or the exit payload's)."""
+        totals = {state: int(records.get(state) or 0) for state in RECORD_STATES}
+        written = {str(k): int(v) for k, v in (records.get("written") or {}).items()}
+        _mirror(self._m.records, lambda s: (self._pid, s), self._records, totals)
+        _mirror(
+            self._m.dlq_records,
+            lambda _: (self._pid, self._dlq_plugin),
+            {"": self._records["dlq"]},
+            {"": totals["dlq"]},
+        )
+        _mirror(self._m.connector_records, self._connector, self._written, written)
+        self._records, self._written = totals, written
+
     def _observe_dlq_lines(self) -> None:
+        series = self._m.dlq_bytes.labels(self._pid, self._dlq_plugin)
         for path in dlq_tools.dlq_files(self.state.dlq_dir):
             start = self._dlq_seen.get(path.name, 0)
             lines = path.read_bytes().split(b"\n")
             if lines and lines[-1] == b"":
                 lines.pop()
             for line in lines[start:]:
-                self._dlq_bytes.observe(len(line))
+                series.observe(len(line))
             self._dlq_seen[path.name] = len(lines)
 
     def on_progress(self, progress: Any) -> None:
@@ -280,19 +321,19 @@ class PipelineMetrics:
             for source in progress.sources:
                 # Spark appends the source object's identity (``...Stream@1e1f23aa``): a new label per run.
                 key = re.sub(r"@[0-9a-f]+$", "", str(source.description))
-                self._source_rows[key] = self._source_rows.get(key, 0) + int(source.numInputRows or 0)
+                self._m.source_rows.labels(self._pid, key).inc(int(source.numInputRows or 0))
             durations = progress.durationMs or {}
             for phase in SPARK_PHASES:
                 if phase in durations:
-                    histogram = self._phases.setdefault(phase, Histogram(BATCH_SECONDS_BUCKETS))
-                    histogram.observe(float(durations[phase]) / 1000.0)
-            for name, value in (
-                ("input", progress.inputRowsPerSecond),
-                ("processed", progress.processedRowsPerSecond),
+                    self._m.phases.labels(self._pid, phase).observe(float(durations[phase]) / 1000.0)
+            for gauge, value in (
+                (self._m.input_rate, progress.inputRowsPerSecond),
+                (self._m.processed_rate, progress.processedRowsPerSecond),
             ):
                 if value is not None and not math.isnan(float(value)):
-                    self._rates[name] = float(value)
+                    gauge.labels(self._pid).set(float(value))
             self._last_progress_batch = int(progress.batchId)
+            self._m.last_batch.labels(self._pid).set(self._last_progress_batch)
             self._lock.notify_all()
         self.write()
 
@@ -300,11 +341,9 @@ class PipelineMetrics:
         """At the end of a run: wait briefly for the last batch's progress, write the final file, detach."""
         with self._lock:
             self._lock.wait_for(self._progress_complete, timeout=FINAL_PROGRESS_WAIT)
-            self._status = status
+            self._set_status(status)
             if records is not None:
-                for state in RECORD_STATES:
-                    self._records[state] = int(records.get(state) or 0)
-                self._written = {str(k): int(v) for k, v in (records.get("written") or {}).items()}
+                self._set_records(records)
         self.detach()
         self.write()
 
@@ -316,70 +355,21 @@ class PipelineMetrics:
         )
 
     # output ---------------------------------------------------------------------------------------
-    def samples(self) -> dict[str, dict[Labels, float | Histogram]]:
-        pid = self.pipeline.id
-        base: Labels = (("pipeline_name", pid),)
-        plugins = {c.node_id: c.plugin for c in self.pipeline.destinations}
-        plugins.update({c.id: c.plugin for c in self.pipeline.destinations})
-        dlq_plugin: Labels = (*base, ("plugin", self.pipeline.dlq.plugin))
-
-        def connector_labels(node: str) -> Labels:
-            return (*base, ("connector", node), ("plugin", plugins.get(node, "")), ("type", "destination"))
-
-        with self._lock:
-            return {
-                "conduit_pipeline_status": {
-                    (*base, ("status", s)): 1.0 if s == self._status else 0.0 for s in STATUSES
-                },
-                "conduit_pipeline_records_total": {
-                    (*base, ("state", s)): float(self._records[s]) for s in RECORD_STATES
-                },
-                "conduit_connector_records_total": {
-                    connector_labels(node): float(count) for node, count in self._written.items()
-                },
-                "conduit_connector_bytes_total": {
-                    connector_labels(node): float(count) for node, count in self._connector_bytes.items()
-                },
-                "conduit_connector_execution_duration_seconds": {
-                    connector_labels(node): _copy(h) for node, h in self._connector_seconds.items()
-                },
-                "conduit_dlq_records_total": {dlq_plugin: float(self._records["dlq"])},
-                "conduit_dlq_bytes": {dlq_plugin: _copy(self._dlq_bytes)},
-                "conduit_pipeline_batches_total": {base: float(self._batches)},
-                "conduit_pipeline_execution_duration_seconds": {base: _copy(self._batch_seconds)},
-                "conduit_spark_source_rows_total": {
-                    (*base, ("source", source)): float(rows) for source, rows in self._source_rows.items()
-                },
-                "conduit_spark_batch_phase_duration_seconds": {
-                    (*base, ("phase", phase)): _copy(h) for phase, h in self._phases.items()
-                },
-                "conduit_pipeline_input_records_per_second": (
-                    {base: self._rates["input"]} if "input" in self._rates else {}
-                ),
-                "conduit_pipeline_processed_records_per_second": (
-                    {base: self._rates["processed"]} if "processed" in self._rates else {}
-                ),
-                "conduit_pipeline_last_batch_id": (
-                    {base: float(self._last_progress_batch)} if self._last_progress_batch is not None else {}
-                ),
-            }
-
     def render(self) -> str:
-        return render(self.samples())
+        """Prometheus text exposition (format 0.0.4) of the pipeline's metrics."""
+        with self._lock:
+            return generate_latest(self._view).decode("utf-8")
 
     def write(self) -> None:
+        # generate_latest + write_atomic rather than prometheus_client's write_to_textfile: that one
+        # renames its own temp file without fsync and leaves mkstemp's 0600 mode, so node_exporter
+        # running as another user could not read the file; write_atomic is the project's one atomic write.
         # Metrics must never fail a pipeline: a full disk here is logged, not raised.
         try:
             with self._lock:  # render and replace together: a late listener write never undoes the final one
                 write_atomic(self.path, self.render())
         except OSError:
             logger.warning("could not write %s", self.path, exc_info=True)
-
-
-def _copy(histogram: Histogram) -> Histogram:
-    copy = Histogram(histogram.buckets)
-    copy.counts, copy.total, copy.count = list(histogram.counts), histogram.total, histogram.count
-    return copy
 
 
 class _ProgressListener(StreamingQueryListener):
