@@ -59,7 +59,7 @@ def sql(url: str, *statements: str) -> None:
 
 
 def slot_confirmed(pg, slot: str) -> int:
-    from airflow_conduit.engine.connectors.postgres.test_decoding import lsn_to_int
+    from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
 
     rows = pg.execute(
         "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", params=(slot,)
@@ -69,7 +69,7 @@ def slot_confirmed(pg, slot: str) -> int:
 
 
 def current_lsn(pg) -> int:
-    from airflow_conduit.engine.connectors.postgres.test_decoding import lsn_to_int
+    from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
 
     return lsn_to_int(pg.execute("SELECT pg_current_wal_insert_lsn()::text")[0][0])
 
@@ -85,7 +85,7 @@ def offsets(state_dir: Path, pipeline_id: str = "pg-source") -> list[dict[str, A
 
 def committed_end_lsn(state_dir: Path, pipeline_id: str = "pg-source") -> int:
     """The end offset of the last batch in Spark's commit log (the last acknowledged batch)."""
-    from airflow_conduit.engine.connectors.postgres.test_decoding import lsn_to_int
+    from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
 
     checkpoint = state_dir / pipeline_id / "checkpoint"
     committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from airflow_conduit.engine.connectors.postgres.decoding import parse_row
 from airflow_conduit.engine.connectors.postgres.records import change_record, row_record
 from airflow_conduit.engine.connectors.postgres.tables import Table
-from airflow_conduit.engine.connectors.postgres.test_decoding import parse_row
 
 TABLE = Table("docs", "public.docs", (("id", "integer"), ("body", "text"), ("tag", "text")), ("id",), "id")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from airflow_conduit.engine.connectors.postgres.decoding import Change, lsn_to_int, parse_row, table_of
 from airflow_conduit.engine.connectors.postgres.records import change_record
 from airflow_conduit.engine.connectors.postgres.tables import Config, Table
-from airflow_conduit.engine.connectors.postgres.test_decoding import Change, lsn_to_int, parse_row, table_of
 from airflow_conduit.errors import Code, FatalError
 
 PLUGIN_OPTIONS = ("skip-empty-xacts", "1")

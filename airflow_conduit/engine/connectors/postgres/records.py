@@ -8,8 +8,8 @@ from itertools import islice
 
 import pyarrow as pa
 
+from airflow_conduit.engine.connectors.postgres.decoding import Change, Column, columns_json
 from airflow_conduit.engine.connectors.postgres.tables import Table
-from airflow_conduit.engine.connectors.postgres.test_decoding import Change, Column, columns_json
 from airflow_conduit.record import META_COLLECTION
 
 META_TABLE = "postgres.table"

@@ -32,7 +32,7 @@ into records.
 
 This module is the Spark stream reader and its offsets; the parts it calls: :mod:`.tables` (settings,
 tables resolved), :mod:`.pages` (snapshot and polling pages), :mod:`.changes` (the slot and its
-changes), :mod:`.records` (rows and changes as records, as Arrow).
+changes), :mod:`.records` (rows and changes as records, as Arrow), :mod:`.decoding` (the slot's text parsed).
 """
 
 from __future__ import annotations
@@ -62,10 +62,10 @@ from airflow_conduit.engine.connectors.postgres.changes import (
     read_changes,
     slot_position,
 )
+from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
 from airflow_conduit.engine.connectors.postgres.pages import max_of, page_end, read_range
 from airflow_conduit.engine.connectors.postgres.records import arrow_batches
 from airflow_conduit.engine.connectors.postgres.tables import Config, Table, resolve_tables
-from airflow_conduit.engine.connectors.postgres.test_decoding import lsn_to_int
 from airflow_conduit.errors import Code, ConduitError
 
 

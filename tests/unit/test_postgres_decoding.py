@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from airflow_conduit.engine.connectors.postgres.test_decoding import (
+from airflow_conduit.engine.connectors.postgres.decoding import (
     Begin,
     Change,
     Column,
