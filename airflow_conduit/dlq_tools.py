@@ -5,14 +5,16 @@ The engine stores every DLQ record in ``STATE_DIR/PIPELINE_ID/dlq/*.jsonl`` as a
 ...}, "key", "payload": {"before": null, "after": <the failed record>}}``. Files whose names start with
 ``_`` or ``.`` are in progress or bookkeeping and are skipped.
 
-A replay writes fixed records as OpenCDC JSON lines into a directory that a replay pipeline reads with
-a ``builtin:file`` source; its ``custom.python`` processor :func:`unwrap_opencdc` turns each line back
-into the record (Conduit's ``unwrap.opencdc``).
+A replay writes DLQ records (fixed, or as they are) as lines of a file that a replay pipeline reads
+with a ``builtin:file`` source; its first processor, ``custom.python`` :func:`unwrap_dlq_record`, turns
+each line back into the failed record (Conduit's ``unwrap.opencdc``). ``airflow-conduit replay``
+(:mod:`airflow_conduit.engine.replay`) and a DAG's own review task (:func:`replay`) write the same lines.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping
@@ -27,8 +29,10 @@ from airflow_conduit.state import PipelineState
 NACK_ERROR = "conduit.dlq.nack.error"
 NACK_NODE = "conduit.dlq.nack.node.id"
 NACK_CODE = "conduit.dlq.nack.error.code"
-ORIGINAL_POSITION = "conduit.dlq.original.position"
 REPLAY_OF = "conduit.replay.of"
+"""Metadata of a replayed record: the position (text) it had when it failed."""
+REPLAY_ENTRY = "conduit.replay.entry"
+"""Metadata of a replay line: the DLQ entry (``FILE:LINE``) it replays."""
 
 Snapshot = dict[str, int]
 """Line counts per DLQ file name, taken before a run; what a run added is what lies beyond them."""
@@ -254,6 +258,22 @@ def write_replay(
     return target
 
 
+def entry_id(entry: DLQEntry) -> str:
+    """A DLQ entry's identity across replays: ``FILE:LINE`` in the DLQ store."""
+    return f"{entry.file}:{entry.line}"
+
+
+def replay_line(entry: DLQEntry, failed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The line a replay reads for ``entry``: the DLQ record as stored, tagged with its entry id
+    (``conduit.replay.entry``), with ``failed`` (a fixed version of the failed record) in place of the
+    stored one when given."""
+    line = dict(entry.dlq_record)
+    line["metadata"] = {**dict(entry.metadata), REPLAY_ENTRY: entry_id(entry)}
+    if failed is not None:
+        line["payload"] = {**dict(line.get("payload") or {}), "after": dict(failed)}
+    return line
+
+
 def replay(
     entries: Iterable[DLQEntry],
     directory: str | os.PathLike[str],
@@ -261,52 +281,60 @@ def replay(
     fix: Callable[[dict[str, Any]], Mapping[str, Any] | None] | None = None,
     name: str | None = None,
 ) -> tuple[Path | None, int, int]:
-    """Fix DLQ records and write them for a replay pipeline.
+    """Write DLQ records, fixed, as a replay file that a pipeline with a ``builtin:file`` source and the
+    :func:`unwrap_dlq_record` processor first delivers again (``airflow-conduit replay`` does the same
+    with the pipeline's own destinations).
 
-    Each failed record gets ``conduit.dlq.original.position`` in its metadata. ``fix`` receives the
-    failed record as a plain dict and returns the fixed one, or ``None`` to drop it.
-
-    Returns ``(file, replayed, dropped)``.
+    ``fix`` receives the failed record as a plain dict and returns the fixed one, or ``None`` to drop it
+    (a record the DLQ holds unreadable is dropped too). Returns ``(file, replayed, dropped)``.
     """
-    out, dropped = [], 0
+    lines, dropped = [], 0
     for entry in entries:
-        record = entry.record
-        if record is None:
-            dropped += 1
+        if fix is None:  # as stored: a record that cannot be unwrapped fails again, visibly
+            lines.append(replay_line(entry))
             continue
-        fixed = fix(record) if fix is not None else record
+        failed = entry.record
+        fixed = fix(failed) if failed is not None else None
         if fixed is None:
             dropped += 1
             continue
-        fixed = dict(fixed)
-        metadata = dict(fixed.get("metadata") or {})
-        if entry.position is not None:
-            metadata.setdefault(ORIGINAL_POSITION, entry.position)
-        fixed["metadata"] = metadata
-        out.append(fixed)
-    return write_replay(out, directory, name=name), len(out), dropped
+        lines.append(replay_line(entry, fixed))
+    return write_replay(lines, directory, name=name), len(lines), dropped
 
 
-def unwrap_opencdc(record: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``custom.python`` processor: a line written by :func:`replay` back into the record it holds.
+def _data(value: Any) -> Any:
+    """OpenCDC JSON keeps raw data as base64 text and structured data as JSON values."""
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            return value.encode()
+    return value
 
-    The line arrives as the raw ``payload.after`` of a ``builtin:file`` source record; the result keeps
-    the source's position (so acks go to the replay file) and the replayed record's operation, key,
-    metadata and payload.
+
+def unwrap_dlq_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``custom.python`` processor (Conduit's ``unwrap.opencdc``): a replay line, the DLQ record as a
+    ``builtin:file`` source reads it, back into the failed record, its ``.Payload.After``.
+
+    The result keeps the replay source's position, which names the replay line (so a record that fails
+    again is traced to its DLQ entry), and gets the original position, as text, in ``conduit.replay.of``.
     """
-    after = (record.get("payload") or {}).get("after")
-    if isinstance(after, bytes | bytearray):
-        after = bytes(after).decode("utf-8")
-    inner = json.loads(after) if isinstance(after, str) else after
-    if not isinstance(inner, Mapping):
-        raise ValueError("replay line is not an OpenCDC record")
-    metadata = {**dict(record.get("metadata") or {}), **dict(inner.get("metadata") or {})}
-    metadata[REPLAY_OF] = str(inner.get("position") or metadata.get(ORIGINAL_POSITION) or "")
-    payload = inner.get("payload") or {}
+    line = (record.get("payload") or {}).get("after")
+    if isinstance(line, bytes | bytearray):
+        line = bytes(line).decode("utf-8")
+    wrapper = json.loads(line) if isinstance(line, str) else line
+    failed = (wrapper.get("payload") or {}).get("after") if isinstance(wrapper, Mapping) else None
+    if isinstance(failed, str):  # a DLQ that stores the failed record as raw JSON text
+        failed = json.loads(failed)
+    if not isinstance(failed, Mapping):
+        raise ValueError("replay line is not a DLQ record with the failed record in .Payload.After")
+    metadata = {str(k): str(v) for k, v in (failed.get("metadata") or {}).items()}
+    metadata[REPLAY_OF] = position_text(failed.get("position")) or ""
+    payload = failed.get("payload") or {}
     return {
         "position": record.get("position"),
-        "operation": inner.get("operation") or "create",
-        "metadata": {k: str(v) for k, v in metadata.items()},
-        "key": inner.get("key"),
-        "payload": {"before": payload.get("before"), "after": payload.get("after")},
+        "operation": failed.get("operation") or "create",
+        "metadata": metadata,
+        "key": _data(failed.get("key")),
+        "payload": {"before": _data(payload.get("before")), "after": _data(payload.get("after"))},
     }

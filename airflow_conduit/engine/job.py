@@ -1,14 +1,13 @@
 """Builds a pipeline's streaming query from a validated config and runs it to a stop.
 
-Also the entry point for ``spark-submit``: ``spark-submit .../airflow_conduit/engine/job.py FILE
---pipeline ID --state-dir DIR --until-idle`` takes the same arguments as ``airflow-conduit run``.
+spark-submit's entry point is :mod:`airflow_conduit.cli.spark_submit` (``airflow-conduit run`` in the
+driver).
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -279,14 +278,3 @@ def log_failure(pipeline_id: str, error: PipelineError, failure: Exception) -> N
     line that names the cause, and whoever reads the log (spark-submit's output file under Airflow)
     needs the traces too. The first line stays short, for the task log that shows only it."""
     logger.error("%s: the query failed: %s\n%s", pipeline_id, error.message, str(failure).strip())
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry point under ``spark-submit``: the same arguments as ``airflow-conduit run``."""
-    from airflow_conduit.cli import main as cli_main
-
-    return cli_main(["run", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 The replay is the pipeline itself with its sources replaced: a ``builtin:file`` source reads replay files
 written from the DLQ (one DLQ record per line, as stored) one record per micro-batch, and a first
-processor (:func:`unwrap_dlq_record`, Conduit's ``unwrap.opencdc``) turns each line back into the failed
+processor (:func:`~airflow_conduit.dlq_tools.unwrap_dlq_record`, Conduit's ``unwrap.opencdc``) turns each line back into the failed
 record, its ``.Payload.After``. Everything lives under ``STATE/PIPELINE/replay/``::
 
     inbox/            replay files, written atomically; the replay source reads them in name order
@@ -16,66 +16,22 @@ DLQ and are queued again by the next ``replay`` (after the cause was fixed).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import getpass
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
-from airflow_conduit.dlq_tools import REPLAY_OF, DLQEntry, position_text, read_dlq, write_replay
+from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, position_text, read_dlq, replay
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.state import PipelineState
 
-REPLAY_ENTRY = "conduit.replay.entry"
-"""Metadata of a replay line (the DLQ record): which DLQ entry (``FILE:LINE``) it replays."""
 SOURCE_ID = "replay-dlq"
 UNWRAP_ID = "replay-unwrap"
-UNWRAP_FUNCTION = "airflow_conduit.engine.replay:unwrap_dlq_record"
-
-
-# the unwrap processor (runs on the executors) -----------------------------------------------------
-def _data(value: Any) -> Any:
-    """OpenCDC JSON keeps raw data as base64 text and structured data as JSON values."""
-    if isinstance(value, str):
-        try:
-            return base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            return value.encode()
-    return value
-
-
-def unwrap_dlq_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """``custom.python`` processor: a replay line (a DLQ record as stored) back into the failed record.
-
-    The result keeps the replay source's position, which names the replay line (so a record that fails
-    again is traced to its DLQ entry), and gets the original position in ``conduit.replay.of``.
-    """
-    line = (record.get("payload") or {}).get("after")
-    if isinstance(line, bytes | bytearray):
-        line = bytes(line).decode("utf-8")
-    wrapper = json.loads(line) if isinstance(line, str) else line
-    failed = (wrapper.get("payload") or {}).get("after") if isinstance(wrapper, Mapping) else None
-    if isinstance(failed, str):  # a DLQ that stores the failed record as raw JSON text
-        failed = json.loads(failed)
-    if not isinstance(failed, Mapping):
-        raise ValueError("replay line is not a DLQ record with the failed record in .Payload.After")
-    metadata = {str(k): str(v) for k, v in (failed.get("metadata") or {}).items()}
-    metadata[REPLAY_OF] = position_text(failed.get("position")) or ""
-    payload = failed.get("payload") or {}
-    return {
-        "position": record.get("position"),
-        "operation": failed.get("operation") or "create",
-        "metadata": metadata,
-        "key": _data(failed.get("key")),
-        "payload": {"before": _data(payload.get("before")), "after": _data(payload.get("after"))},
-    }
+UNWRAP_FUNCTION = "airflow_conduit.dlq_tools:unwrap_dlq_record"
 
 
 # bookkeeping (plain Python) ----------------------------------------------------------------------
@@ -114,10 +70,6 @@ class ReplayPaths:
         return self.root / "replayed.jsonl"
 
 
-def entry_id(entry: DLQEntry) -> str:
-    return f"{entry.file}:{entry.line}"
-
-
 def queued_lines(inbox: Path) -> list[ReplayLine]:
     """Every line of the replay files, in the order the replay source reads them."""
     if not inbox.is_dir():
@@ -151,7 +103,7 @@ def read_replayed(path: Path) -> set[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return {}
+        return set()
     done = set()
     for line in lines:
         try:
@@ -246,13 +198,7 @@ def plan_replay(paths: ReplayPaths) -> ReplayPlan:
 
 def queue(paths: ReplayPaths, entries: tuple[DLQEntry, ...]) -> Path | None:
     """Write the DLQ records of ``entries`` as a new replay file (the name sorts after earlier ones)."""
-    lines = []
-    for entry in entries:
-        record = dict(entry.dlq_record)
-        record["metadata"] = {**dict(entry.metadata), REPLAY_ENTRY: entry_id(entry)}
-        lines.append(record)
-    name = f"replay-{datetime.now(UTC).strftime('%Y%m%dT%H%M%S%fZ')}.jsonl"
-    return write_replay(lines, paths.inbox, name=name)
+    return replay(entries, paths.inbox)[0]
 
 
 def replay_dlq(

@@ -45,11 +45,11 @@ DEFAULT_ENGINE_EXIT_TIMEOUT = 30.0
 
 
 def engine_application() -> str:
-    """The path of the engine's spark-submit entry point, ``airflow_conduit/engine/job.py``.
+    """The path of the engine's spark-submit entry point, ``airflow_conduit/cli/spark_submit.py``.
 
     Found without importing the engine (which imports pyspark).
     """
-    return str(Path(airflow_conduit.__file__).resolve().parent / "engine" / "job.py")
+    return str(Path(airflow_conduit.__file__).resolve().parent / "cli" / "spark_submit.py")
 
 
 @dataclass

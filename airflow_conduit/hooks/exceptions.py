@@ -1,7 +1,7 @@
 """Exceptions of the Airflow side, classified as the engine classified the failure.
 
 - :class:`PipelineTransientError` (exit code 75): retryable; Airflow's retries or
-  :class:`~airflow_conduit.recovery.retry_policy.ConduitRetryPolicy` decide.
+  :class:`~airflow_conduit.operators.retry_policy.ConduitRetryPolicy` decide.
 - :class:`PipelineDegradedError` (exit code 1, or recovery gave up): an ``AirflowFailException``, so
   the task fails without retry - retrying will not help.
 - :class:`PipelineConfigError` (exit code 2): an ``AirflowFailException`` as well.

@@ -22,10 +22,10 @@ from airflow_conduit.hooks.exceptions import (
     PipelineTransientError,
 )
 from airflow_conduit.operators.one_engine import OneEnginePerPipeline, refused
+from airflow_conduit.operators.retry_policy import ConduitRetryPolicy
 from airflow_conduit.plugins.links import ConduitPipelineLink
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration, parse_duration
-from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy
 from airflow_conduit.recovery.runner import wait_until
 from airflow_conduit.state import PipelineState, read_json, write_json_atomic
 from airflow_conduit.triggers.hand_over import not_before
@@ -88,7 +88,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
     instance after the policy's backoff - deferred to :class:`PipelineRecoveryTrigger` when
     ``deferrable``, so no worker slot is held while waiting - until ``max_retries`` restarts happened
     within ``max_retries_window``; then the pipeline is degraded. With ``recovery=None``, or with a
-    :class:`~airflow_conduit.recovery.retry_policy.ConduitRetryPolicy` as ``retry_policy``, a transient
+    :class:`~airflow_conduit.operators.retry_policy.ConduitRetryPolicy` as ``retry_policy``, a transient
     failure raises :class:`PipelineTransientError` instead and Airflow's retries take over.
 
     The pipeline's DLQ is an outlet (``conduit://PIPELINE_ID/dlq``); a task run that put records into
@@ -115,7 +115,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
     :param stop_after: in ``continuous`` mode, request a graceful stop after this long
     :param stop_timeout: seconds a killed task waits for the graceful stop before killing the job
     :param emit_dlq_asset: declare the DLQ asset as an outlet and emit its events
-    :param application: the engine's spark-submit entry point (default: ``airflow_conduit/engine/job.py``
+    :param application: the engine's spark-submit entry point (default: ``airflow_conduit/cli/spark_submit.py``
         of this installation; set it when the cluster sees the package elsewhere)
     """
 
@@ -204,7 +204,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         """The policy in force: ``recovery=``, else the ``[conduit]`` configuration."""
         if isinstance(self.recovery, RecoveryPolicy):
             return self.recovery
-        from airflow_conduit.recovery.config import policy_from_airflow_config
+        from airflow_conduit.hooks.config import policy_from_airflow_config
 
         return policy_from_airflow_config()
 
@@ -212,7 +212,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         """The shortest backoff that is deferred: ``deferral_threshold=``, else ``[conduit]``."""
         if self.deferral_threshold is not None:
             return parse_duration(self.deferral_threshold, name="deferral_threshold")
-        from airflow_conduit.recovery.config import deferral_threshold_from_airflow_config
+        from airflow_conduit.hooks.config import deferral_threshold_from_airflow_config
 
         return deferral_threshold_from_airflow_config()
 

@@ -1,12 +1,11 @@
 """Pipeline recovery: Conduit's backoff and restart window, shared by the CLI and the Airflow side.
 
-Pure Python; :class:`ConduitRetryPolicy` (which needs Airflow) and :func:`policy_from_airflow_config`
-are loaded on first use only.
+Pure Python, no Spark and no Airflow (import-linter checks it): the Airflow side wraps it in
+:class:`~airflow_conduit.operators.retry_policy.ConduitRetryPolicy` and reads the ``[conduit]`` section
+in :mod:`airflow_conduit.hooks.config`.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from airflow_conduit.recovery.decision import (
     CANNOT_RECOVER,
@@ -18,10 +17,6 @@ from airflow_conduit.recovery.decision import (
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import INFINITE_RETRIES, RecoveryPolicy, format_duration, parse_duration
 from airflow_conduit.recovery.runner import RecoveryResult, classify, run_with_recovery
-
-if TYPE_CHECKING:
-    from airflow_conduit.recovery.config import policy_from_airflow_config  # noqa: F401
-    from airflow_conduit.recovery.retry_policy import ConduitRetryPolicy  # noqa: F401
 
 __all__ = [
     "CANNOT_RECOVER",
@@ -39,16 +34,3 @@ __all__ = [
     "parse_duration",
     "run_with_recovery",
 ]
-
-_LAZY = {
-    "ConduitRetryPolicy": "airflow_conduit.recovery.retry_policy",
-    "policy_from_airflow_config": "airflow_conduit.recovery.config",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,7 +68,7 @@ class ConduitPipelineSensor(BaseSensorOperator):
         """How long to poll in the worker first: ``deferral_threshold=``, else ``[conduit]``."""
         if self.deferral_threshold is not None:
             return parse_duration(self.deferral_threshold, name="deferral_threshold")
-        from airflow_conduit.recovery.config import deferral_threshold_from_airflow_config
+        from airflow_conduit.hooks.config import deferral_threshold_from_airflow_config
 
         return deferral_threshold_from_airflow_config()
 

@@ -13,7 +13,7 @@ from airflow_conduit.dlq_tools import (
     replay,
     snapshot,
     summarize,
-    unwrap_opencdc,
+    unwrap_dlq_record,
 )
 
 
@@ -107,31 +107,38 @@ def test_replay_writes_fixed_records_atomically(tmp_path):
     assert path == inbox / "replay-1.jsonl"
     assert [p.name for p in inbox.iterdir()] == ["replay-1.jsonl"]  # no temp file left
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [r["payload"]["after"]["amount"] for r in lines] == [11, 31]
-    assert lines[0]["metadata"][dlq_tools.ORIGINAL_POSITION] == b64("1")
+    # Each line is the DLQ record with the fixed failed record in .Payload.After, tagged with its entry.
+    assert [r["payload"]["after"]["payload"]["after"]["amount"] for r in lines] == [11, 31]
+    assert [r["metadata"][dlq_tools.REPLAY_ENTRY] for r in lines] == ["a.jsonl:0", "a.jsonl:2"]
+    assert lines[0]["metadata"]["conduit.dlq.nack.error"] == "amount is a multiple of 10"
     assert replay([], inbox)[0] is None
 
 
-def test_unwrap_opencdc_restores_the_record():
-    inner = {
+def test_unwrap_dlq_record_restores_the_record():
+    failed = {
         "position": b64("7"),
         "operation": "update",
-        "metadata": {"opencdc.collection": "orders", "conduit.dlq.original.position": b64("7")},
+        "metadata": {"opencdc.collection": "orders"},
         "key": {"id": 7},
         "payload": {"before": {"amount": 70}, "after": {"amount": 71}},
     }
-    line = json.dumps(inner).encode()
+    dlq_line = {
+        "position": b64("7"),
+        "operation": "create",
+        "metadata": {"conduit.dlq.nack.error": "amount is a multiple of 10", dlq_tools.REPLAY_ENTRY: "a:0"},
+        "key": None,
+        "payload": {"before": None, "after": failed},
+    }
     source_record = {
         "position": b"replay-1.jsonl:0",
         "operation": "create",
         "metadata": {"conduit.source.connector.id": "orders-replay:replayed"},
         "key": None,
-        "payload": {"before": None, "after": line},
+        "payload": {"before": None, "after": json.dumps(dlq_line).encode()},
     }
-    out = unwrap_opencdc(source_record)
+    out = unwrap_dlq_record(source_record)
     assert out["position"] == b"replay-1.jsonl:0"
     assert out["operation"] == "update" and out["key"] == {"id": 7}
     assert out["payload"] == {"before": {"amount": 70}, "after": {"amount": 71}}
     assert out["metadata"]["opencdc.collection"] == "orders"
-    assert out["metadata"]["conduit.source.connector.id"] == "orders-replay:replayed"
-    assert out["metadata"][dlq_tools.REPLAY_OF] == b64("7")
+    assert out["metadata"][dlq_tools.REPLAY_OF] == "7"

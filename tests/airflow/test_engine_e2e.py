@@ -43,7 +43,8 @@ def flaky_dag(
         import pendulum
         from airflow.sdk import DAG
         from airflow_conduit.operators.pipeline import ConduitPipelineOperator
-        from airflow_conduit.recovery import ConduitRetryPolicy, RecoveryPolicy
+        from airflow_conduit.operators import ConduitRetryPolicy
+        from airflow_conduit.recovery import RecoveryPolicy
         with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             ConduitPipelineOperator(
                 task_id="run", pipeline_file={FLAKY!r}, pipeline_id="flaky", state_dir={str(state_dir)!r},

@@ -67,8 +67,8 @@ def test_application_args():
     ]
 
 
-def test_engine_application_is_job_py():
-    assert engine_application().endswith("airflow_conduit/engine/job.py")
+def test_engine_application_is_the_spark_submit_entry():
+    assert engine_application().endswith("airflow_conduit/cli/spark_submit.py")
 
 
 def test_submission_carries_the_engine_gc_setting_unless_conf_sets_its_own(hook):

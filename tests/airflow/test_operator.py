@@ -41,7 +41,8 @@ def pipeline_dag(airflow_env, tmp_path, dag_id: str, runs: list[dict], operator_
         import pendulum
         from airflow.sdk import DAG
         from airflow_conduit.operators.pipeline import ConduitPipelineOperator
-        from airflow_conduit.recovery import ConduitRetryPolicy, RecoveryPolicy
+        from airflow_conduit.operators import ConduitRetryPolicy
+        from airflow_conduit.recovery import RecoveryPolicy
         {extra}
         with DAG({dag_id!r}, schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
             ConduitPipelineOperator(

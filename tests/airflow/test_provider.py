@@ -53,7 +53,7 @@ def test_conduit_config_section_defaults_and_env(airflow_env):
 def test_policy_from_airflow_config(airflow_env):
     code = textwrap.dedent(
         """
-        from airflow_conduit.recovery import policy_from_airflow_config
+        from airflow_conduit.hooks.config import policy_from_airflow_config
         p = policy_from_airflow_config()
         print(p.min_delay.total_seconds(), p.max_delay.total_seconds(), p.backoff_factor,
               p.max_retries, p.max_retries_window.total_seconds())

@@ -7,7 +7,8 @@ from datetime import timedelta
 from airflow.sdk.definitions.retry_policy import RetryAction
 
 from airflow_conduit.hooks.exceptions import PipelineTransientError
-from airflow_conduit.recovery import ConduitRetryPolicy, RecoveryPolicy
+from airflow_conduit.operators import ConduitRetryPolicy
+from airflow_conduit.recovery import RecoveryPolicy
 from airflow_conduit.state import PipelineState
 
 PAYLOAD = {

@@ -10,7 +10,8 @@ import pendulum
 from airflow.sdk import DAG
 from deploy_common import STATE_DIR, generated
 
-from airflow_conduit.recovery import ConduitRetryPolicy, RecoveryPolicy
+from airflow_conduit.operators import ConduitRetryPolicy
+from airflow_conduit.recovery import RecoveryPolicy
 
 with DAG("deploy_retry_policy", schedule=None, start_date=pendulum.datetime(2026, 1, 1), catchup=False):
     generated(

@@ -1,6 +1,6 @@
-"""The operator tools of ``airflow-conduit``: ``inspect``, ``ack`` and ``replay`` (argument parsing and
-output only; the work is in :mod:`airflow_conduit.engine.inspect_batches`, :mod:`airflow_conduit.state`
-and :mod:`airflow_conduit.engine.replay`)."""
+"""``airflow-conduit inspect``, ``ack`` and ``replay``: a pipeline's records after it stopped on one
+(argument parsing and output only; the work is in :mod:`airflow_conduit.engine.inspect_batches`,
+:mod:`airflow_conduit.state` and :mod:`airflow_conduit.engine.replay`)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import json
 import sys
 from typing import Any
 
+from airflow_conduit.cli._common import fail, load_pipeline_file, setup_logging
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED
 from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState
 
@@ -58,6 +59,7 @@ def add_commands(commands: Any) -> None:
     inspect.add_argument(
         "--limit", type=int, default=100, metavar="K", help="records shown per batch, 0 = all (default: 100)"
     )
+    inspect.set_defaults(handler=cmd_inspect)
 
     ack = commands.add_parser(
         "ack",
@@ -71,6 +73,7 @@ def add_commands(commands: Any) -> None:
     ack.add_argument("--reason", default="", metavar="TEXT", help="why; kept in the audit log")
     ack.add_argument("--source", metavar="CONNECTOR_ID", help="only for this source (default: any source)")
     ack.add_argument("--base64", action="store_true", help="POSITION is base64 (as in OpenCDC JSON)")
+    ack.set_defaults(handler=cmd_ack)
 
     replay = commands.add_parser(
         "replay", help="replay the DLQ through the pipeline", description=REPLAY_HELP, formatter_class=raw
@@ -80,36 +83,30 @@ def add_commands(commands: Any) -> None:
     replay.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR")
     replay.add_argument("--master", default=None, metavar="URL", help="Spark master (default: local[*])")
     replay.add_argument("--dry-run", action="store_true", help="only show what would be replayed")
-
-
-def _fail(message: str) -> int:
-    print(message, file=sys.stderr)
-    return EXIT_CONFIG
+    replay.set_defaults(handler=cmd_replay)
 
 
 def _pipeline(args: argparse.Namespace):
     """The pipeline named by --pipeline (or the file's only one), and its state; ``None`` after a message."""
-    from airflow_conduit.cli import _load
-
-    loaded = _load(args.file)
+    loaded = load_pipeline_file(args.file)
     if loaded is None:
         return None
     if args.pipeline:
         try:
             pipeline = loaded.get(args.pipeline)
         except KeyError as missing:
-            _fail(missing.args[0])
+            fail(missing.args[0])
             return None
     elif len(loaded.pipelines) == 1:
         pipeline = loaded.pipelines[0]
     else:
-        _fail(
+        fail(
             f"{args.file} has several pipelines ({', '.join(p.id for p in loaded.pipelines)}): name one with --pipeline"
         )
         return None
     state = PipelineState.of(args.state_dir, pipeline.id)
     if not state.root.is_dir():
-        _fail(
+        fail(
             f"no pipeline {pipeline.id!r} in {args.state_dir}: run it first (or pass the --state-dir it ran with)"
         )
         return None
@@ -118,9 +115,9 @@ def _pipeline(args: argparse.Namespace):
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     if args.from_batch is not None and args.to_batch is None:
-        return _fail("--from-batch needs --to-batch")
+        return fail("--from-batch needs --to-batch")
     if args.batch is not None and args.to_batch is not None:
-        return _fail("--to-batch goes with --from-batch, not --batch")
+        return fail("--to-batch goes with --from-batch, not --batch")
     found = _pipeline(args)
     if found is None:
         return EXIT_CONFIG
@@ -133,7 +130,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         batches = inspect_batches(pipeline, state, first, last)
     except (OffsetLogError, ConduitError) as error:  # ConduitError: a source's server, say
-        return _fail(str(error))
+        return fail(str(error))
     limit = args.limit if args.limit > 0 else None
     if args.json:
         print(json.dumps({"pipeline": pipeline.id, "batches": [b.to_dict(limit) for b in batches]}, indent=1))
@@ -201,11 +198,11 @@ def position_bytes(text: str, is_base64: bool) -> bytes:
 def cmd_ack(args: argparse.Namespace) -> int:
     state = PipelineState.of(args.state_dir, args.pipeline)
     if not state.root.is_dir():
-        return _fail(f"no pipeline {args.pipeline!r} in {args.state_dir}: check the id and --state-dir")
+        return fail(f"no pipeline {args.pipeline!r} in {args.state_dir}: check the id and --state-dir")
     try:
         position = position_bytes(args.position, args.base64)
     except (binascii.Error, ValueError):
-        return _fail(f"{args.position!r} is not base64; drop --base64 to give the position as text")
+        return fail(f"{args.position!r} is not base64; drop --base64 to give the position as text")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -227,10 +224,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from airflow_conduit.engine.replay import replay_dlq
 
     def spark():  # started only when there is something to replay
-        from airflow_conduit.cli import _setup_logging
         from airflow_conduit.engine.session import get_session
 
-        _setup_logging()
+        setup_logging()
         return get_session(args.master)
 
     summary = replay_dlq(spark, pipeline, args.state_dir, dry_run=args.dry_run)
@@ -256,6 +252,3 @@ def cmd_replay(args: argparse.Namespace) -> int:
             )
     print(json.dumps(summary), flush=True)
     return int(summary.get("exit_code", EXIT_STOPPED))
-
-
-HANDLERS = {"inspect": cmd_inspect, "ack": cmd_ack, "replay": cmd_replay}

@@ -1,6 +1,6 @@
 """The ``[conduit]`` section of Airflow's configuration as a :class:`RecoveryPolicy`.
 
-Airflow is imported only when this is called, so the CLI can use the rest of ``recovery`` without it.
+The Airflow side's reader of the pure :class:`RecoveryPolicy`; the engine and the CLI never import it.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class ConduitRetryPolicy(RetryPolicy):
         policy = getattr(exception, "recovery", None)
         if isinstance(policy, RecoveryPolicy):
             return policy
-        from airflow_conduit.recovery.config import policy_from_airflow_config
+        from airflow_conduit.hooks.config import policy_from_airflow_config
 
         return policy_from_airflow_config()
 

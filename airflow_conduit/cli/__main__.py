@@ -1,0 +1,9 @@
+"""``python -m airflow_conduit.cli``: the same as the ``airflow-conduit`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from airflow_conduit.cli import main
+
+sys.exit(main())
