@@ -23,21 +23,312 @@ from __future__ import annotations
 import base64
 import json
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from airflow_conduit.errors import (
+    EXIT_CONFIG,
+    EXIT_FATAL,
+    EXIT_STOPPED,
+    EXIT_TRANSIENT,
+    Code,
+    ErrorKind,
+    PipelineError,
+    classify_exit_code,
+)
 from airflow_conduit.files import write_atomic
-
-Status = Literal["running", "recovering", "degraded", "stopped", "failed"]
 
 DEFAULT_STATE_DIR = ".conduit"
 
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+"""The one format of every timestamp in the state dir and the exit payload: ISO-8601 UTC, ``Z`` suffix."""
+
+
+def format_time(moment: datetime) -> str:
+    """``moment`` in :data:`TIME_FORMAT` (a naive datetime is taken as local time, as ``astimezone`` does)."""
+    return moment.astimezone(UTC).strftime(TIME_FORMAT)
+
+
+def parse_time(value: str | datetime) -> datetime:
+    """A timezone-aware UTC datetime from an ISO-8601 string (``Z`` suffix allowed) or a datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    text = value.strip()
+    if text.endswith("Z"):
+        text = text[:-1] + "+00:00"
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
 
 def utc_now() -> str:
-    """An ISO-8601 UTC timestamp with a ``Z`` suffix, as in the exit payload."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """The current time in :data:`TIME_FORMAT`, as in the exit payload."""
+    return format_time(datetime.now(UTC))
+
+
+class Status(StrEnum):
+    """A pipeline's status, in ``status.json`` and the exit payload (DESIGN.md §4).
+
+    A ``str``: it compares equal to its value and ``json.dumps`` writes the value.
+    """
+
+    RUNNING = "running"
+    RECOVERING = "recovering"
+    DEGRADED = "degraded"
+    """A fatal error, or recovery gave up: retrying will not help."""
+    STOPPED = "stopped"
+    """A graceful stop."""
+    FAILED = "failed"
+    """A transient error that nobody recovers (yet): a restart may succeed."""
+
+    @classmethod
+    def of_error(cls, error: PipelineError | None) -> Status:
+        """How a run with ``error`` ended: stopped without one, degraded if fatal, failed if transient."""
+        if error is None:
+            return cls.STOPPED
+        return cls.DEGRADED if error.kind == "fatal" else cls.FAILED
+
+    @property
+    def terminal(self) -> bool:
+        """The run is over (``failed`` too: only whoever recovers it turns it into ``recovering``)."""
+        return self in (Status.STOPPED, Status.DEGRADED, Status.FAILED)
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+@dataclass(frozen=True)
+class RunRecords:
+    """What a run did with records: the ``records`` of the exit payload (DESIGN.md §4)."""
+
+    read: int = 0
+    acked: int = 0
+    filtered: int = 0
+    nacked: int = 0
+    dlq: int = 0
+    written: Mapping[str, int] = field(default_factory=dict)
+    """Records written per destination node (``pipeline:node``)."""
+
+    @property
+    def progressed(self) -> bool:
+        """At least one record was processed end to end (acked, filtered, or DLQ-handled)."""
+        return self.acked > 0 or self.filtered > 0 or self.dlq > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "read": self.read,
+            "acked": self.acked,
+            "filtered": self.filtered,
+            "nacked": self.nacked,
+            "dlq": self.dlq,
+            "written": dict(self.written),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> RunRecords:
+        """Tolerant, as readers of the payload always were: a missing or unreadable counter is 0."""
+        data = data or {}
+        written = data.get("written")
+        return cls(
+            read=_int(data.get("read")),
+            acked=_int(data.get("acked")),
+            filtered=_int(data.get("filtered")),
+            nacked=_int(data.get("nacked")),
+            dlq=_int(data.get("dlq")),
+            written={str(k): _int(v) for k, v in written.items()} if isinstance(written, Mapping) else {},
+        )
+
+
+_PAYLOAD_KEYS = (
+    "pipeline",
+    "status",
+    "exit_code",
+    "error",
+    "records",
+    "batches",
+    "started_at",
+    "ended_at",
+    "duration_seconds",
+    "dlq",
+    "state_dir",
+    "spark_submit_returncode",
+)
+
+
+@dataclass(frozen=True)
+class ExitPayload:
+    """How a run ended: ``STATE_DIR/PIPELINE_ID/exit.json`` and the last line of the engine's stdout
+    (DESIGN.md §4).
+
+    :meth:`to_dict` gives the JSON, keys in the contract's order; the optional fields that are ``None``
+    are left out (a payload written before the run got going has no ``batches``, ``dlq`` ...).
+    :meth:`from_dict` reads any payload, old or hand-written, with the defaults its readers always used.
+    """
+
+    pipeline: str
+    status: Status
+    exit_code: int
+    error: PipelineError | None = None
+    records: RunRecords | None = None
+    """``None``: the run left no counters (the payload says ``"records": {}``)."""
+    batches: int | None = None
+    started_at: str | None = None
+    ended_at: str | None = None
+    duration_seconds: float | None = None
+    dlq: Mapping[str, Any] | None = None
+    """The engine's summary of this run's DLQ records: ``records``, ``path``, ``files``, positions, errors."""
+    state_dir: str | None = None
+    """The pipeline's state dir (``STATE_DIR/PIPELINE_ID``), as the engine saw it."""
+    spark_submit_returncode: int | None = None
+    """Set by the Airflow hook on a payload it synthesised for a job that left none."""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Keys this version does not know, kept so that reading and writing a payload loses nothing."""
+
+    @classmethod
+    def failure(
+        cls,
+        pipeline: str,
+        error: PipelineError,
+        *,
+        exit_code: int | None = None,
+        started_at: str | None = None,
+        ended_at: str | None = None,
+        records: RunRecords | None = None,
+        batches: int | None = None,
+        spark_submit_returncode: int | None = None,
+    ) -> ExitPayload:
+        """The payload of a run that failed before or outside the engine's own accounting (an invalid
+        plan, a run refused by the lock, a job that left no payload, an engine that vanished).
+
+        The status follows the error (``degraded`` if fatal, ``failed`` if transient); the exit code
+        too unless given (``2`` for an invalid config); the times default to now.
+        """
+        now = utc_now()
+        return cls(
+            pipeline=pipeline,
+            status=Status.of_error(error),
+            exit_code=error.exit_code if exit_code is None else exit_code,
+            error=error,
+            records=records,
+            batches=batches,
+            started_at=started_at or now,
+            ended_at=ended_at or now,
+            spark_submit_returncode=spark_submit_returncode,
+        )
+
+    @property
+    def kind(self) -> ErrorKind | None:
+        """How the run ended: ``None`` for a graceful stop, else ``fatal`` or ``transient`` - the error's
+        kind first, else the exit code's."""
+        if self.error is not None:
+            return self.error.kind
+        return classify_exit_code(self.exit_code)
+
+    @property
+    def counters(self) -> RunRecords:
+        """The records counters, zero when the run left none."""
+        return self.records if self.records is not None else RunRecords()
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "pipeline": self.pipeline,
+            "status": str(self.status),
+            "exit_code": self.exit_code,
+            "error": self.error.to_dict() if self.error is not None else None,
+            "records": self.records.to_dict() if self.records is not None else {},
+        }
+        optional = {
+            "batches": self.batches,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
+            "duration_seconds": self.duration_seconds,
+            "dlq": dict(self.dlq) if self.dlq is not None else None,
+            "state_dir": self.state_dir,
+            "spark_submit_returncode": self.spark_submit_returncode,
+        }
+        data.update({key: value for key, value in optional.items() if value is not None})
+        data.update({key: value for key, value in self.extra.items() if key not in data})
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExitPayload:
+        """Read a payload as found on disk or on stdout, tolerating what readers always tolerated.
+
+        A missing ``error`` is none; missing ``records`` are none (``{}``); a missing or unknown
+        ``status`` and a missing ``exit_code`` follow from the rest (an error's kind, else a graceful
+        stop); an error without ``kind`` takes the exit code's.
+        """
+        given = data.get("exit_code")
+        given_code = None if given is None else _int(given, EXIT_TRANSIENT)
+        error = _error_from_dict(data.get("error"), given_code)
+        code = given_code if given_code is not None else _status_exit_code(data.get("status"), error)
+        try:
+            status = Status(str(data.get("status")))
+        except ValueError:
+            status = Status.of_error(error) if error is not None else _status_of_exit_code(code)
+        records = data.get("records")
+        dlq = data.get("dlq")
+        batches, duration, returncode = (
+            data.get("batches"),
+            data.get("duration_seconds"),
+            data.get("spark_submit_returncode"),
+        )
+        return cls(
+            pipeline=str(data.get("pipeline") or ""),
+            status=status,
+            exit_code=code,
+            error=error,
+            records=RunRecords.from_dict(records) if isinstance(records, Mapping) and records else None,
+            batches=_int(batches) if batches is not None else None,
+            started_at=_str_or_none(data.get("started_at")),
+            ended_at=_str_or_none(data.get("ended_at")),
+            duration_seconds=float(duration) if isinstance(duration, int | float) else None,
+            dlq=dict(dlq) if isinstance(dlq, Mapping) else None,
+            state_dir=_str_or_none(data.get("state_dir")),
+            spark_submit_returncode=_int(returncode) if returncode is not None else None,
+            extra={key: value for key, value in data.items() if key not in _PAYLOAD_KEYS},
+        )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _status_of_exit_code(exit_code: int) -> Status:
+    kind = classify_exit_code(exit_code)
+    if kind is None:
+        return Status.STOPPED
+    return Status.DEGRADED if kind == "fatal" else Status.FAILED
+
+
+def _status_exit_code(status: Any, error: PipelineError | None) -> int:
+    """The exit code of a payload that names none: its error's, else its status's (0 if neither)."""
+    if error is not None:
+        return EXIT_CONFIG if error.code == Code.INVALID_CONFIG else error.exit_code
+    return {"degraded": EXIT_FATAL, "failed": EXIT_TRANSIENT}.get(str(status), EXIT_STOPPED)
+
+
+def _error_from_dict(data: Any, exit_code: int | None) -> PipelineError | None:
+    """The payload's error, or ``None``; an error without ``kind`` takes the exit code's."""
+    if not isinstance(data, Mapping) or not data:
+        return None
+    kind = data.get("kind")
+    if kind not in ("fatal", "transient"):
+        kind = (classify_exit_code(exit_code) if exit_code is not None else None) or "transient"
+    node = data.get("node")
+    return PipelineError(
+        kind=kind,
+        code=str(data.get("code") or "error"),
+        message=str(data.get("message") or ""),
+        node=None if node is None else str(node),
+    )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -142,11 +433,18 @@ class PipelineState:
         return events
 
     # exit payload -------------------------------------------------------------------------------
-    def write_exit_payload(self, payload: dict[str, Any]) -> None:
-        write_json_atomic(self.exit_file, payload)
+    def write_exit_payload(self, payload: ExitPayload | Mapping[str, Any]) -> None:
+        data = payload.to_dict() if isinstance(payload, ExitPayload) else dict(payload)
+        write_json_atomic(self.exit_file, data)
 
     def read_exit_payload(self) -> dict[str, Any] | None:
+        """``exit.json`` as written (see :meth:`read_exit` for the typed payload)."""
         return read_json(self.exit_file)
+
+    def read_exit(self) -> ExitPayload | None:
+        """``exit.json`` as an :class:`ExitPayload`; ``None`` when there is none or it is not a JSON object."""
+        data = self.read_exit_payload()
+        return ExitPayload.from_dict(data) if isinstance(data, Mapping) else None
 
     def generation(self) -> str:
         """Names the current checkpoint: created with it, so a fresh checkpoint gets a new, later one."""
