@@ -93,12 +93,12 @@ def format_duration(delta: timedelta) -> str:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RecoveryPolicy:
     """How a pipeline that failed with a transient error is restarted (Conduit's error recovery).
 
-    Durations are :class:`~datetime.timedelta`, seconds, or strings such as ``"10m"``; they are stored
-    as timedeltas.
+    Durations may be given as :class:`~datetime.timedelta`, seconds, or strings such as ``"10m"``; they
+    are stored as timedeltas (so the fields are typed as what they hold, the constructor as what it takes).
 
     :param min_delay: delay before the first restart (Conduit default 1s)
     :param max_delay: upper bound of a delay (default 10m)
@@ -108,27 +108,32 @@ class RecoveryPolicy:
     :param max_retries_window: the sliding window in which restarts count (default 5m)
     """
 
-    min_delay: DurationLike = timedelta(seconds=1)
-    max_delay: DurationLike = timedelta(minutes=10)
-    backoff_factor: float = 2
-    max_retries: int = INFINITE_RETRIES
-    max_retries_window: DurationLike = timedelta(minutes=5)
+    min_delay: timedelta
+    max_delay: timedelta
+    backoff_factor: float
+    max_retries: int
+    max_retries_window: timedelta
 
-    def __post_init__(self) -> None:
-        for name in ("min_delay", "max_delay", "max_retries_window"):
-            object.__setattr__(self, name, parse_duration(getattr(self, name), name=name))
-        factor = self.backoff_factor
-        if isinstance(factor, str):
-            factor = float(factor)
+    def __init__(
+        self,
+        min_delay: DurationLike = timedelta(seconds=1),
+        max_delay: DurationLike = timedelta(minutes=10),
+        backoff_factor: float | str = 2,
+        max_retries: int | str = INFINITE_RETRIES,
+        max_retries_window: DurationLike = timedelta(minutes=5),
+    ) -> None:
+        set_field = object.__setattr__  # frozen
+        set_field(self, "min_delay", parse_duration(min_delay, name="min_delay"))
+        set_field(self, "max_delay", parse_duration(max_delay, name="max_delay"))
+        set_field(self, "max_retries_window", parse_duration(max_retries_window, name="max_retries_window"))
+        factor = float(backoff_factor) if isinstance(backoff_factor, str) else backoff_factor
         if isinstance(factor, bool) or not isinstance(factor, int | float) or not math.isfinite(factor):
-            raise ValueError(f"backoff_factor: expected a number, got {self.backoff_factor!r}")
-        object.__setattr__(self, "backoff_factor", factor)
-        retries = self.max_retries
-        if isinstance(retries, str):
-            retries = int(retries)
+            raise ValueError(f"backoff_factor: expected a number, got {backoff_factor!r}")
+        set_field(self, "backoff_factor", factor)
+        retries = int(max_retries) if isinstance(max_retries, str) else max_retries
         if isinstance(retries, bool) or not isinstance(retries, int):
-            raise ValueError(f"max_retries: expected an integer, got {self.max_retries!r}")
-        object.__setattr__(self, "max_retries", retries)
+            raise ValueError(f"max_retries: expected an integer, got {max_retries!r}")
+        set_field(self, "max_retries", retries)
         self._validate()
 
     def _validate(self) -> None:
