@@ -9,8 +9,8 @@ from urllib.parse import quote
 from airflow.sdk import BaseOperatorLink
 
 if TYPE_CHECKING:
-    from airflow.models.taskinstancekey import TaskInstanceKey
     from airflow.sdk import BaseOperator
+    from airflow.sdk.types import TaskInstanceKey  # the type BaseOperatorLink.get_link declares
 
 URL_PREFIX = "/conduit"
 """Where the plugin mounts its pages on the API server."""

@@ -1,0 +1,59 @@
+"""The Conduit pages as HTML (Jinja2 templates, autoescaped): every value escaped exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_conduit.state import PipelineState
+
+MARKUP = "<script>alert('&\"x')</script>"
+ESCAPED = "&lt;script&gt;alert(&#39;&amp;&#34;x&#39;)&lt;/script&gt;"
+
+
+@pytest.fixture
+def client(tmp_path, monkeypatch) -> Iterator[object]:
+    from fastapi.testclient import TestClient
+
+    from airflow_conduit.plugins.app import app, require_user
+
+    monkeypatch.setenv("AIRFLOW__CONDUIT__STATE_DIRS", str(tmp_path / "state"))
+    app.dependency_overrides[require_user] = lambda: None  # authentication is test_plugin.py's
+    try:
+        yield TestClient(app)
+    finally:
+        app.dependency_overrides.pop(require_user, None)
+
+
+def test_markup_in_state_is_escaped_once(client, tmp_path):
+    state = PipelineState.of(tmp_path / "state", "odd")
+    error = {"kind": "transient", "code": "io", "message": MARKUP, "node": None}
+    state.audit("fault", message=MARKUP)
+    state.write_status("recovering", error=error, counters={"read": 5, "written": {"a<b": 2}}, attempt=2)
+    (state.root / "metrics.prom").write_text(
+        'conduit_x_total{n="<&>"} 1.5e+06\nconduit_x_bucket{le="1.0"} 2\n'
+    )
+
+    listing = client.get("/").text
+    assert f'<span class="error-message">{ESCAPED}</span>' in listing
+    assert "a&lt;b: 2" in listing
+    assert "&amp;lt;" not in listing and "&amp;#" not in listing
+
+    page = client.get("/pipelines/odd").text
+    assert f'<span class="error-message">{ESCAPED}</span>' in page
+    assert "&lt;script&gt;alert(&#39;&amp;\\&#34;x&#39;)&lt;/script&gt;" in page  # the event's JSON
+    assert "<code>conduit_x_total{n=&#34;&lt;&amp;&gt;&#34;}</code></td><td>1.5e+06</td>" in page
+    assert "conduit_x_bucket" not in page
+    assert "&amp;lt;" not in page and "&amp;#" not in page
+    assert " at None" not in page and "None" not in page  # no node, no delay: nothing printed
+    assert '<span class="status recovering" data-status="recovering">recovering</span>' in page
+
+
+def test_unknown_status_and_an_empty_state_dir(client, tmp_path):
+    assert "No pipelines in these state dirs yet." in client.get("/").text
+
+    PipelineState.of(tmp_path / "state", "new").write_status("starting", counters={})
+    listing = client.get("/").text
+    assert '<span class="status unknown" data-status="starting">starting</span>' in listing
+    assert client.get("/pipelines/nope").status_code == 404
