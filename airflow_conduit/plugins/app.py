@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from airflow_conduit.plugins import overview as ov
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import PipelineState, Status
 
 SECTION = "conduit"
 STATE_DIRS_OPTION = "state_dirs"
@@ -82,9 +82,9 @@ def pipeline_json(pipeline_id: str, state_dir: str | None = None) -> dict[str, A
 
 
 # HTML ------------------------------------------------------------------------------------------------
-STATUSES = ("running", "recovering", "degraded", "stopped", "failed")
+STATUSES = tuple(Status)
 """The statuses with a colour of their own; anything else is shown as ``unknown``."""
-ERROR_STATUSES = ("degraded", "failed", "recovering")
+ERROR_STATUSES = (Status.DEGRADED, Status.FAILED, Status.RECOVERING)
 """The statuses whose last error the list shows."""
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from airflow_conduit import dlq_tools
-from airflow_conduit.state import PipelineState, list_pipelines
+from airflow_conduit.state import ExitPayload, PipelineState, Status, list_pipelines, parse_time
 
 METRICS_FILE = "metrics.prom"  # engine/metrics.py writes it; not imported from there (it needs pyspark)
 RECENT_EVENTS = 20
@@ -28,6 +27,7 @@ class PipelineOverview:
     state_dir: str
     pipeline_id: str
     status: str
+    """A :class:`Status`, or what ``status.json`` says if it is none of them, or ``unknown``."""
     counters: Mapping[str, Any]
     error: Mapping[str, Any] | None
     updated_at: str | None
@@ -55,45 +55,45 @@ def _seconds_between(start: str | None, end: str | None) -> float | None:
     if not start or not end:
         return None
     try:
-        a = datetime.fromisoformat(start.replace("Z", "+00:00"))
-        b = datetime.fromisoformat(end.replace("Z", "+00:00"))
+        return (parse_time(end) - parse_time(start)).total_seconds()
     except ValueError:
         return None
-    return (b - a).total_seconds()
 
 
-def throughput(exit_payload: Mapping[str, Any] | None) -> float | None:
+def throughput(exit_payload: ExitPayload | None) -> float | None:
     """Records read per second of a finished run: ``read / duration``."""
-    if not exit_payload:
+    if exit_payload is None or exit_payload.records is None:
         return None
-    read = (exit_payload.get("records") or {}).get("read")
-    seconds = exit_payload.get("duration_seconds")
+    seconds = exit_payload.duration_seconds
     if seconds is None:
-        seconds = _seconds_between(exit_payload.get("started_at"), exit_payload.get("ended_at"))
-    if read is None or not seconds or seconds <= 0:
+        seconds = _seconds_between(exit_payload.started_at, exit_payload.ended_at)
+    if not seconds or seconds <= 0:
         return None
-    return round(float(read) / float(seconds), 1)
+    return round(float(exit_payload.records.read) / float(seconds), 1)
 
 
 def overview(state: PipelineState) -> PipelineOverview:
     """The pipeline's status (status.json first: it also says ``recovering``; else the exit payload)."""
     status = state.read_status() or {}
-    payload = state.read_exit_payload() or {}
-    name = status.get("status") or payload.get("status") or "unknown"
-    counters = status.get("counters") or payload.get("records") or {}
-    error = status.get("error") if "error" in status else payload.get("error")
+    payload = state.read_exit()
+    name = status.get("status") or (payload.status if payload else None) or "unknown"
+    counters = status.get("counters") or (payload.records.to_dict() if payload and payload.records else {})
+    if "error" in status:
+        error = status["error"]
+    else:
+        error = payload.error.to_dict() if payload and payload.error else None
     recovery = {k: status[k] for k in ("attempt", "next_start_at", "delay") if status.get(k) is not None}
-    if name != "recovering":
+    if name != Status.RECOVERING:
         recovery = {}
-    batches = status.get("batches", payload.get("batches"))
+    batches = status.get("batches", payload.batches if payload else None)
     return PipelineOverview(
         state_dir=str(state.state_dir),
         pipeline_id=state.pipeline_id,
         status=name,
         counters=counters,
         error=error or None,
-        updated_at=status.get("updated_at") or payload.get("ended_at"),
-        throughput=throughput(payload) if name != "running" else None,
+        updated_at=status.get("updated_at") or (payload.ended_at if payload else None),
+        throughput=throughput(payload) if name != Status.RUNNING else None,
         batches=batches,
         recovery=recovery,
     )

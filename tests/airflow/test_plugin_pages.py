@@ -57,3 +57,24 @@ def test_unknown_status_and_an_empty_state_dir(client, tmp_path):
     listing = client.get("/").text
     assert '<span class="status unknown" data-status="starting">starting</span>' in listing
     assert client.get("/pipelines/nope").status_code == 404
+
+
+def test_a_pipeline_with_only_an_exit_payload(client, tmp_path):
+    """No status.json (an engine that ended before writing one): status, error and rate from exit.json."""
+    PipelineState.of(tmp_path / "state", "ended").write_exit_payload(
+        {
+            "pipeline": "ended",
+            "status": "failed",
+            "exit_code": 75,
+            "error": {"kind": "transient", "code": "io", "message": "lost the source"},
+            "records": {"read": 10, "acked": 10, "filtered": 0, "nacked": 0, "dlq": 0, "written": {}},
+            "started_at": "2026-01-01T00:00:00Z",
+            "ended_at": "2026-01-01T00:00:04Z",
+        }
+    )
+    listing = client.get("/").text
+    assert '<span class="status failed" data-status="failed">failed</span>' in listing
+    assert '<span class="error-message">lost the source</span>' in listing
+    assert "<td>2.5</td>" in listing  # 10 records in 4 s
+    item = client.get("/api/pipelines/ended").json()
+    assert (item["status"], item["throughput"], item["counters"]["read"]) == ("failed", 2.5, 10)
