@@ -23,7 +23,7 @@ from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
-from airflow_conduit.state import PipelineState, utc_now
+from airflow_conduit.state import ExitPayload, PipelineState, RunRecords, Status, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -88,7 +88,7 @@ class PipelineRun:
         else:
             writer = writer.trigger(processingTime=self.options.trigger_interval)
         state.write_status(
-            "running", error=None, started_at=self.started_at, counters=self.counters.records()
+            Status.RUNNING, error=None, started_at=self.started_at, counters=self.counters.records()
         )
         state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
         if acked := state.read_acked():
@@ -113,7 +113,9 @@ class PipelineRun:
         finally:
             self._in_batch = False
         seconds = time.monotonic() - started
-        self.state.write_status("running", counters=self.counters.records(), batches=self.counters.batches)
+        self.state.write_status(
+            Status.RUNNING, counters=self.counters.records(), batches=self.counters.batches
+        )
         logger.info(
             "%s: batch %d: %d records (%d acked, %d filtered, %d nacked) in %.2fs, %.0f records/s; total read %d",
             self.pipeline.id,
@@ -165,6 +167,7 @@ class PipelineRun:
             query.stop()
 
     def finish(self) -> dict[str, Any]:
+        """Write how the run ended (exit payload, status, audit events); returns the payload's JSON."""
         state = self.state
         if self._forced and self.error is None:
             self.error = PipelineError(
@@ -175,35 +178,38 @@ class PipelineRun:
                 None,
             )
         error = self.error
-        status = "stopped" if error is None else ("degraded" if error.kind == "fatal" else "failed")
-        payload = {
-            "pipeline": self.pipeline.id,
-            "status": status,
-            "exit_code": EXIT_STOPPED if error is None else error.exit_code,
-            "error": error.to_dict() if error else None,
-            "records": self.counters.records(),
-            "batches": self.counters.batches,
-            "started_at": self.started_at,
-            "ended_at": utc_now(),
-            "duration_seconds": round(time.monotonic() - self._started_clock, 3),
-            "dlq": self.counters.dlq_summary(state),
-            "state_dir": str(state.root),
-        }
+        payload = ExitPayload(
+            pipeline=self.pipeline.id,
+            status=Status.of_error(error),
+            exit_code=EXIT_STOPPED if error is None else error.exit_code,
+            error=error,
+            records=RunRecords.from_dict(self.counters.records()),
+            batches=self.counters.batches,
+            started_at=self.started_at,
+            ended_at=utc_now(),
+            duration_seconds=round(time.monotonic() - self._started_clock, 3),
+            dlq=self.counters.dlq_summary(state),
+            state_dir=str(state.root),
+        )
         state.write_exit_payload(payload)
-        self.metrics.finish(status, payload["records"])
+        records = payload.counters.to_dict()
+        self.metrics.finish(payload.status, records)
         state.write_status(
-            status, error=payload["error"], counters=payload["records"], ended_at=payload["ended_at"]
+            payload.status,
+            error=error.to_dict() if error is not None else None,
+            counters=records,
+            ended_at=payload.ended_at,
         )
         if error is not None:
             state.audit(
                 "fault", classification=error.kind, code=error.code, message=error.message, node=error.node
             )
             if error.kind == "fatal":
-                state.audit("degraded", error=error.to_dict())
+                state.audit(Status.DEGRADED, error=error.to_dict())
         else:
-            state.audit("stopped", records=payload["records"])
+            state.audit(Status.STOPPED, records=records)
         state.clear_stop_request()
-        return payload
+        return payload.to_dict()
 
 
 MESSAGE_LIMIT = 500

@@ -15,10 +15,10 @@ from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
 from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
 from airflow_conduit.engine.processors import PROCESSORS
 from airflow_conduit.engine.session import get_session
-from airflow_conduit.errors import EXIT_CONFIG, EXIT_TRANSIENT, Code, PipelineError
+from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
 from airflow_conduit.record import RECORD_SCHEMA
 from airflow_conduit.run_lock import LockHolder, PipelineLocked, RunLock
-from airflow_conduit.state import PipelineState, utc_now
+from airflow_conduit.state import ExitPayload, PipelineState, RunRecords, Status, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -63,29 +63,13 @@ def check_plan(spark: SparkSession, pipeline: PipelineConfig) -> None:
                 raise PlanError(proc, error) from error
 
 
-def _failure_payload(
-    pipeline: PipelineConfig, status: str, exit_code: int, error: PipelineError
-) -> dict[str, Any]:
-    now = utc_now()
-    return {
-        "pipeline": pipeline.id,
-        "status": status,
-        "exit_code": exit_code,
-        "error": error.to_dict(),
-        "records": {"read": 0, "acked": 0, "filtered": 0, "nacked": 0, "dlq": 0, "written": {}},
-        "batches": 0,
-        "started_at": now,
-        "ended_at": now,
-    }
-
-
 def config_failure(pipeline: PipelineConfig, state: PipelineState, message: str) -> dict[str, Any]:
     error = PipelineError("fatal", Code.INVALID_CONFIG, message, None)
-    payload = _failure_payload(pipeline, "degraded", EXIT_CONFIG, error)
+    payload = ExitPayload.failure(pipeline.id, error, exit_code=EXIT_CONFIG, records=RunRecords(), batches=0)
     state.write_exit_payload(payload)
-    state.write_status("degraded", error=error.to_dict())
-    state.audit("degraded", error=error.to_dict())
-    return payload
+    state.write_status(payload.status, error=error.to_dict())
+    state.audit(Status.DEGRADED, error=error.to_dict())
+    return payload.to_dict()
 
 
 def refused(pipeline: PipelineConfig, state: PipelineState, locked: PipelineLocked) -> dict[str, Any]:
@@ -97,7 +81,7 @@ def refused(pipeline: PipelineConfig, state: PipelineState, locked: PipelineLock
     logger.error("%s", locked)
     holder = locked.holder.to_dict() if locked.holder else None
     state.audit("refused", code=Code.PIPELINE_LOCKED, holder=holder)
-    return _failure_payload(pipeline, "failed", EXIT_TRANSIENT, error)
+    return ExitPayload.failure(pipeline.id, error, records=RunRecords(), batches=0).to_dict()
 
 
 def lock_run(locks: ExitStack, state: PipelineState) -> None:
