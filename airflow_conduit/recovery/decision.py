@@ -14,29 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from airflow_conduit.errors import Code
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
+from airflow_conduit.state import RunRecords, format_time, parse_time
 
 CANNOT_RECOVER = Code.CANNOT_RECOVER
 """Error code of a pipeline degraded because recovery gave up (Conduit's ErrPipelineCannotRecover)."""
-
-
-def parse_time(value: str | datetime) -> datetime:
-    """A timezone-aware UTC datetime from an ISO-8601 string (``Z`` suffix allowed) or a datetime."""
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    text = value.strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def format_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)
@@ -146,14 +132,8 @@ def made_progress(payload: Mapping[str, Any] | None) -> bool:
     """
     if not payload:
         return False
-    records = payload.get("records") or {}
-    for key in ("acked", "filtered", "dlq"):
-        try:
-            if int(records.get(key) or 0) > 0:
-                return True
-        except (TypeError, ValueError):
-            continue
-    return False
+    records = payload.get("records")
+    return RunRecords.from_dict(records if isinstance(records, Mapping) else None).progressed
 
 
 def decide(

@@ -20,11 +20,10 @@ from airflow_conduit.recovery.decision import (
     Restart,
     active_restarts,
     decide,
-    format_time,
     made_progress,
 )
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
-from airflow_conduit.state import PipelineState, read_json, write_json_atomic
+from airflow_conduit.state import PipelineState, Status, format_time, read_json, write_json_atomic
 
 HISTORY_FILE = "recovery.json"
 
@@ -124,7 +123,7 @@ class PipelineRecovery:
             restart = Restart(decided_at=now, attempt=decision.attempt, delay=decision.delay, error=error)
             self._save([*kept, restart], now, last_decision=decision.to_dict())
             self.state.write_status(
-                "recovering",
+                Status.RECOVERING,
                 attempt=decision.attempt,
                 next_start_at=format_time(decision.start_at),
                 delay=decision.delay.total_seconds(),
@@ -132,7 +131,7 @@ class PipelineRecovery:
                 recovery=self.policy.to_dict(),
             )
             self.state.audit(
-                "recovering",
+                Status.RECOVERING,
                 attempt=decision.attempt,
                 delay=decision.delay.total_seconds(),
                 next_start_at=format_time(decision.start_at),
@@ -214,16 +213,16 @@ class PipelineRecovery:
                 "message": reason if cause is None else f"{reason}; last error: {_describe_error(cause)}",
                 "node": (cause or {}).get("node"),
             }
-        self.state.write_status("degraded", error=dict(error), next_start_at=None)
+        self.state.write_status(Status.DEGRADED, error=dict(error), next_start_at=None)
         events = self.state.read_audit()
         last = events[-1] if events else {}
-        if last.get("event") != "degraded" or last.get("error") != dict(error):
+        if last.get("event") != Status.DEGRADED or last.get("error") != dict(error):
             details: dict[str, Any] = {"reason": reason, "error": dict(error)}
             if attempt is not None:
                 details["attempt"] = attempt
             if cause is not None:
                 details["cause"] = dict(cause)
-            self.state.audit("degraded", **details)
+            self.state.audit(Status.DEGRADED, **details)
         self.log.error("Pipeline %s is degraded: %s", self.state.pipeline_id, reason)
 
 
@@ -241,8 +240,8 @@ def _describe_error(error: Mapping[str, Any] | None) -> str:
 def cancel_recovery(recovery: PipelineRecovery, *, reason: str = "stop requested while recovering") -> None:
     """A graceful stop requested during the backoff: no restart, the pipeline is stopped."""
     state = recovery.state
-    state.write_status("stopped", next_start_at=None, stopped_reason="user")
-    state.audit("stopped", reason=reason)
+    state.write_status(Status.STOPPED, next_start_at=None, stopped_reason="user")
+    state.audit(Status.STOPPED, reason=reason)
     state.clear_stop_request()
     recovery.reset(reason=reason)
     recovery.log.info("Pipeline %s: %s; not restarting", state.pipeline_id, reason)
