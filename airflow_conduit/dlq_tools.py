@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_conduit.files import write_atomic
+from airflow_conduit.record import position_text
 from airflow_conduit.state import PipelineState
 
 NACK_ERROR = "conduit.dlq.nack.error"
@@ -196,17 +197,6 @@ def summarize(entries: Iterable[DLQEntry], *, max_codes: int = 20) -> dict[str, 
         "error_codes": codes,
         "nodes": nodes,
     }
-
-
-def position_text(position: str | None) -> str | None:
-    """A stored (base64) position as text, as the exit payload and ``airflow-conduit dlq`` show it;
-    unchanged when it is not base64 of UTF-8 text."""
-    if position is None:
-        return None
-    try:
-        return base64.b64decode(position, validate=True).decode()
-    except (ValueError, UnicodeDecodeError):
-        return position
 
 
 def _short(message: str | None, limit: int = 120) -> str | None:

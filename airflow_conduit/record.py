@@ -16,6 +16,8 @@ Internal columns (dropped before anything leaves the engine):
 
 from __future__ import annotations
 
+import base64
+import binascii
 import itertools
 
 OPERATIONS = ("create", "update", "delete", "snapshot")
@@ -70,6 +72,20 @@ META_READ_AT = "opencdc.readAt"
 META_SOURCE_CONNECTOR = "conduit.source.connector.id"
 META_DLQ_ERROR = "conduit.dlq.nack.error"
 META_DLQ_NODE = "conduit.dlq.nack.node.id"
+
+
+def position_text(position: bytes | bytearray | str | None) -> str | None:
+    """A position as people read it (``airflow-conduit dlq``, ``status``, ``inspect``, the exit payload):
+    the bytes as UTF-8 text; a position in OpenCDC JSON form (base64) decoded first, and kept as it is
+    when it is not base64 of text."""
+    if position is None:
+        return None
+    if isinstance(position, bytes | bytearray):
+        return bytes(position).decode(errors="replace")
+    try:
+        return base64.b64decode(position, validate=True).decode()
+    except (binascii.Error, ValueError, UnicodeDecodeError):
+        return position
 
 
 def data_sql(field: str) -> str:

@@ -99,7 +99,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     state = PipelineState.of(args.state_dir, args.pipeline)
     if not state.root.is_dir():
         return fail(f"no pipeline {args.pipeline!r} in {args.state_dir}")
-    from airflow_conduit.dlq_tools import position_text, read_dlq
+    from airflow_conduit.dlq_tools import read_dlq
+    from airflow_conduit.record import position_text
 
     entries = read_dlq(state.dlq_dir)
     if args.json:

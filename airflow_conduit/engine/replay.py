@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
-from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, position_text, read_dlq, replay
+from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, read_dlq, replay
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.offsets import OffsetLog
+from airflow_conduit.record import position_text
 from airflow_conduit.state import PipelineState
 
 SOURCE_ID = "replay-dlq"
