@@ -6,6 +6,7 @@ A module of its own so that the engine never imports the CLI (spark-submit runs 
 
 from __future__ import annotations
 
+import os
 import sys
 
 
@@ -17,4 +18,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Run as a file, so Python put this directory first on sys.path: its modules (run, status, records)
+    # must not shadow top-level modules of the same name for the rest of the driver.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     sys.exit(main())
