@@ -25,6 +25,7 @@ from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, Proces
 from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
 from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS, REPLAYS_IDENTICALLY
+from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.once import computed_once, release
@@ -59,47 +60,6 @@ def state_counts() -> list[Column]:
 
 def counts_of(observation: Observation) -> Counter[str]:
     return Counter({name: int(value or 0) for name, value in observation.get.items()})
-
-
-@dataclass
-class RunCounters:
-    """What a run did, summed over its batches; the ``records`` of the exit payload."""
-
-    read: int = 0
-    acked: int = 0
-    filtered: int = 0
-    nacked: int = 0
-    dlq: int = 0
-    written: dict[str, int] = field(default_factory=dict)
-    batches: int = 0
-    dlq_files: list[str] = field(default_factory=list)
-    dlq_first_position: str | None = None
-    dlq_last_position: str | None = None
-    dlq_errors: Counter[str] = field(default_factory=Counter)
-    destination_bytes: Counter[str] = field(default_factory=Counter)
-    """Bytes published per destination node, for destinations that write files (summed over the run)."""
-    last_destination_seconds: dict[str, float] = field(default_factory=dict)
-    """The last batch's time per destination node: its stage (which may run the batch) and publish."""
-
-    def records(self) -> dict[str, Any]:
-        return {
-            "read": self.read,
-            "acked": self.acked,
-            "filtered": self.filtered,
-            "nacked": self.nacked,
-            "dlq": self.dlq,
-            "written": dict(self.written),
-        }
-
-    def dlq_summary(self, state: PipelineState) -> dict[str, Any]:
-        return {
-            "records": self.dlq,
-            "path": str(state.dlq_dir),
-            "files": list(self.dlq_files),
-            "first_position": self.dlq_first_position,
-            "last_position": self.dlq_last_position,
-            "errors": dict(self.dlq_errors.most_common(10)),
-        }
 
 
 @dataclass(frozen=True)
@@ -199,6 +159,45 @@ class _Held:
         self.frames.clear()
 
 
+@dataclass
+class _Batch:
+    """One micro-batch between the steps of :class:`BatchProcessor`: what it reads, where it writes."""
+
+    batch_id: int
+    records: DataFrame
+    observed: DataFrame
+    """``records`` under the observation ``seen``: the write that runs the batch reads this one."""
+    seen: Observation
+    observer: int | None
+    """The destination whose write carries ``observed``; ``None``: a ``noop`` write runs it."""
+    writes: list[_DestinationWrite]
+    held: _Held
+    decision: decisions.Decision | None
+    """A former attempt's logged decision: this attempt publishes the same rows."""
+    decision_hash: str
+    states: Counter[str] = field(default_factory=Counter)
+    """The records counted by state, once staged."""
+
+    def abandon(self) -> None:
+        """The batch failed before it published: drop the staged writes and the stored rows."""
+        for write in self.writes:
+            if write.staged is not None:
+                write.staged.discard()
+        self.held.release()
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What :meth:`BatchProcessor.decide` decided: the batch goes ahead with these nacks."""
+
+    nack_count: int
+    dlq_staged: list[Staged]
+    window: tuple[dlq.NackWindow, dlq.NackWindow] | None
+    """The DLQ window before and after this batch, saved once it is published (``None``: no window)."""
+    logged_decision: bool
+    """The decision is in the decision log (now or by a former attempt): removed once all published."""
+
+
 def position_text(value: Any) -> str:
     return bytes(value).decode(errors="replace") if value is not None else ""
 
@@ -231,6 +230,19 @@ class BatchProcessor:
         )
 
     def __call__(self, batch: DataFrame, batch_id: int) -> BatchResult:
+        """Stage every write, decide the batch, then publish: nothing is visible before the decision."""
+        current = self._open(batch, batch_id)
+        try:
+            self.stage(current)
+            verdict = self.decide(current)
+        except BaseException:
+            current.abandon()
+            raise
+        return self.publish(current, verdict)
+
+    def _open(self, batch: DataFrame, batch_id: int) -> _Batch:
+        """The batch's records (or its former attempt's decision) and each destination's frame; nothing
+        runs yet."""
         logged = logged_batch(self.state.checkpoint_dir, batch_id)
         self.context = BatchContext(self.pipeline.id, batch_id, tuple(logged.offsets))
         destinations = self.pipeline.destinations
@@ -272,35 +284,53 @@ class BatchProcessor:
             self._destination_frame(observed if i == observer else records, d, held, decision)
             for i, d in enumerate(destinations)
         ]
-        try:
-            for write in writes:
-                self._stage(write, batch_id)
-            if observer is None or writes[observer].skipped:
-                observed.write.format("noop").mode("overwrite").save()
-            states = counts_of(seen)
-            # An empty batch has nothing to decide. (Over an empty local checkpoint, an observe under a
-            # repartition, as in the custom.python and log destinations, never reports.)
-            if not states["total"]:
-                nacked, nack_count = records, 0
-            elif decision is not None:
-                nacked = decision.nacked if decision.nacked is not None else records.limit(0)
-                nack_count = nacked.count()
-            else:
-                self._stop_if_asked(records, states, writes)
-                nacked, nack_count = self._nacked(records, states, writes, held)
-            nack_rows = nacked.select("_seq", "_error", "_node", "position").collect() if nack_count else []
-            window_before, window_after = self._check_window(batch_id, records, states["total"], nack_rows)
-            dlq_staged = self._stage_dlq(nacked, nack_rows, batch_id) if nack_count else []
-            logged_decision = decision is not None
-            if decision is None and states["total"] and self._replay_could_differ(writes, dlq_staged):
-                self._log_decision(batch_id, decision_hash, records, writes, nacked if nack_count else None)
-                logged_decision = True
-        except BaseException:
-            for write in writes:
-                if write.staged is not None:
-                    write.staged.discard()
-            held.release()
-            raise
+        return _Batch(batch_id, records, observed, seen, observer, writes, held, decision, decision_hash)
+
+    def stage(self, current: _Batch) -> None:
+        """Run the batch: every destination stages its write (invisible), and the records are counted
+        by state in the same pass."""
+        writes = current.writes
+        for write in writes:
+            self._stage(write, current.batch_id)
+        if current.observer is None or writes[current.observer].skipped:
+            current.observed.write.format("noop").mode("overwrite").save()
+        current.states = counts_of(current.seen)
+
+    def decide(self, current: _Batch) -> _Verdict:
+        """Stop if a processor asked to, gather the nacks, check the DLQ window and stage the DLQ; log
+        the decision when a replay could decide otherwise."""
+        batch_id, records, states, writes = current.batch_id, current.records, current.states, current.writes
+        decision = current.decision
+        # An empty batch has nothing to decide. (Over an empty local checkpoint, an observe under a
+        # repartition, as in the custom.python and log destinations, never reports.)
+        if not states["total"]:
+            nacked, nack_count = records, 0
+        elif decision is not None:
+            nacked = decision.nacked if decision.nacked is not None else records.limit(0)
+            nack_count = nacked.count()
+        else:
+            self._stop_if_asked(records, states, writes)
+            nacked, nack_count = self._nacked(records, states, writes, current.held)
+        nack_rows = nacked.select("_seq", "_error", "_node", "position").collect() if nack_count else []
+        window = self._check_window(batch_id, records, states["total"], nack_rows)
+        dlq_staged = self._stage_dlq(nacked, nack_rows, batch_id) if nack_count else []
+        logged_decision = decision is not None
+        if decision is None and states["total"] and self._replay_could_differ(writes, dlq_staged):
+            self._log_decision(
+                batch_id, current.decision_hash, records, writes, nacked if nack_count else None
+            )
+            logged_decision = True
+        return _Verdict(nack_count, dlq_staged, window, logged_decision)
+
+    def publish(self, current: _Batch, verdict: _Verdict) -> BatchResult:
+        """Make every staged write visible, then the DLQ's, and account for the batch. Spark commits the
+        batch only after this returns: the in-order ack."""
+        batch_id, states, writes, dlq_staged = (
+            current.batch_id,
+            current.states,
+            current.writes,
+            verdict.dlq_staged,
+        )
         pending = [w.staged for w in writes if w.staged is not None] + dlq_staged
         try:
             for write in writes:
@@ -315,9 +345,9 @@ class BatchProcessor:
                 pending.remove(staged)
                 if isinstance(published, list):
                     self.counters.dlq_files += [str(p) for p in published if self.state.dlq_dir in p.parents]
-            if window_before is not None:
-                self.windows.save(batch_id, window_before, window_after)
-            if logged_decision:
+            if verdict.window is not None:
+                self.windows.save(batch_id, *verdict.window)
+            if verdict.logged_decision:
                 self.decisions.remove(batch_id)  # every output holds the batch now
             written = {w.destination.id: self._written(w) if states["total"] else 0 for w in writes}
         except BaseException:
@@ -328,12 +358,12 @@ class BatchProcessor:
                 staged.discard()
             raise
         finally:
-            held.release()
+            current.held.release()
         self.counters.last_destination_seconds = {w.destination.node_id: w.seconds for w in writes}
         skipped = [w.destination.id for w in writes if w.skipped]
         if skipped:
             self.state.audit("delivery_skipped", batch=batch_id, destinations=skipped)
-        return self._account(batch_id, states, nack_count, written)
+        return self._account(batch_id, states, verdict.nack_count, written)
 
     @property
     def purity(self) -> _Purity:
@@ -456,6 +486,7 @@ class BatchProcessor:
                 .select("_state", "_error", "_node")
                 .first()
             )
+            assert first is not None, "the states counted hold such a record"
             code = Code.PROCESSOR_FATAL if first._state == STATE_FATAL else Code.PROCESSOR_TRANSIENT
             raise PipelineStopped(
                 PipelineError(kind=first._state, code=code, message=first._error or "", node=first._node)
@@ -494,10 +525,10 @@ class BatchProcessor:
 
     def _check_window(
         self, batch_id: int, records: DataFrame, total: int, nack_rows: list[Row]
-    ) -> tuple[dlq.NackWindow | None, dlq.NackWindow | None]:
+    ) -> tuple[dlq.NackWindow, dlq.NackWindow] | None:
         config = self.pipeline.dlq
         if config.window_size <= 0:
-            return None, None  # window-size 0: the DLQ takes every nack
+            return None  # window-size 0: the DLQ takes every nack
         before = self.windows.load(batch_id, config.window_size, config.window_nack_threshold)
         after = dlq.NackWindow(before.size, before.threshold, before.outcomes.copy())
         nacks = self._ranked_nacks(records, nack_rows) if nack_rows else []
