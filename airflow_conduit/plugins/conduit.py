@@ -4,13 +4,8 @@ from __future__ import annotations
 
 from airflow.plugins_manager import AirflowPlugin
 
-from airflow_conduit.operators.pipeline import ConduitPipelineOperator
 from airflow_conduit.plugins.app import app
 from airflow_conduit.plugins.links import URL_PREFIX, ConduitPipelineLink
-
-# The operator carries the link itself (Airflow 3 resolves it in the worker); naming the operator here
-# lets the plugin listing show which operator the link belongs to.
-ConduitPipelineLink.operators = [ConduitPipelineOperator]
 
 
 class ConduitPlugin(AirflowPlugin):
