@@ -8,7 +8,8 @@ from __future__ import annotations
 from .errors import ConfigError, ConfigIssue
 from .loader import KNOWN_VERSIONS, load_pipeline_file, load_pipeline_text
 from .model import ConnectorConfig, DLQConfig, PipelineConfig, PipelineFile, ProcessorConfig
-from .settings import PLUGINS, PluginSpec
+from .registry import PLUGINS
+from .spec import PluginSettings, PluginSpec
 
 __all__ = [
     "KNOWN_VERSIONS",
@@ -19,6 +20,7 @@ __all__ = [
     "DLQConfig",
     "PipelineConfig",
     "PipelineFile",
+    "PluginSettings",
     "PluginSpec",
     "ProcessorConfig",
     "load_pipeline_file",

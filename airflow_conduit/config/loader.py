@@ -18,14 +18,9 @@ import yaml
 from .errors import ConfigError, ConfigIssue
 from .fieldref import condition_to_sql
 from .model import ConnectorConfig, DLQConfig, PipelineConfig, PipelineFile, ProcessorConfig
-from .settings import (
-    PluginKind,
-    PluginSpec,
-    check_python_function,
-    plugin_names,
-    plugin_spec,
-    validate_settings,
-)
+from .registry import plugin_names, plugin_spec
+from .settings import check_python_function
+from .spec import PluginKind, PluginSpec, validate_settings
 
 KNOWN_VERSIONS = ("1.0", "1.1", "2.0", "2.1", "2.2")
 DEFAULT_DLQ_PLUGIN = "builtin:log"

@@ -10,6 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .registry import spec_of
+from .spec import PluginSpec
+
 ConnectorType = Literal["source", "destination"]
 
 
@@ -30,6 +33,11 @@ class ProcessorConfig:
     node_id: str = ""
     """Conduit's node id: ``pipeline:processor`` or ``pipeline:connector:processor``."""
 
+    @property
+    def spec(self) -> PluginSpec:
+        """The plugin's spec (registered: the loader accepts no other plugin)."""
+        return spec_of(self.plugin, "processor")
+
 
 @dataclass(frozen=True)
 class ConnectorConfig:
@@ -43,6 +51,11 @@ class ConnectorConfig:
     line: int | None = None
     node_id: str = ""
     """Conduit's node id: ``pipeline:connector``."""
+
+    @property
+    def spec(self) -> PluginSpec:
+        """The plugin's spec (registered: the loader accepts no other plugin)."""
+        return spec_of(self.plugin, self.type)
 
 
 @dataclass(frozen=True)

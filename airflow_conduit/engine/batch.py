@@ -23,8 +23,7 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
 from airflow_conduit.engine import decisions, dlq
-from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of
-from airflow_conduit.engine.connectors.registry import DELIVERED, DESTINATIONS, REPLAYS_IDENTICALLY
+from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of, plugins
 from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
@@ -49,7 +48,6 @@ from airflow_conduit.state import PipelineState
 logger = logging.getLogger("airflow_conduit.engine")
 
 ROW_BITS = 33  # monotonically_increasing_id: partition index above bit 33, row number below
-WRITES_ON_STAGE = {"builtin:file", "builtin:postgres"}  # destinations whose stage() runs the Spark job
 STATES = (STATE_OPEN, STATE_FILTERED, STATE_NACKED, STATE_TRANSIENT, STATE_FATAL)
 
 
@@ -114,7 +112,7 @@ class _Purity:
     destinations: dict[str, bool]
     """Per destination node: its own processors."""
     replayable: bool
-    """Every source gives a batch's rows again the same (``REPLAYS_IDENTICALLY``)."""
+    """Every source gives a batch's rows again the same (its spec's ``replays_identically``)."""
     single_reader: bool
     """One destination, without processors of its own, reads the batch."""
 
@@ -138,7 +136,7 @@ class _Purity:
         return cls(
             pipeline=pure(tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors),
             destinations={d.node_id: pure(d.processors) for d in pipeline.destinations},
-            replayable=all(s.plugin in REPLAYS_IDENTICALLY for s in pipeline.sources),
+            replayable=all(s.spec.replays_identically for s in pipeline.sources),
             single_reader=len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors,
         )
 
@@ -277,7 +275,7 @@ class BatchProcessor:
         # The counts ride on a write that runs the batch; not one under the destination's own
         # processors: an observe inside a lazily checkpointed plan reports before any row is computed.
         observer = next(
-            (i for i, d in enumerate(destinations) if d.plugin in WRITES_ON_STAGE and not d.processors),
+            (i for i, d in enumerate(destinations) if d.spec.writes_on_stage and not d.processors),
             None,
         )
         writes = [
@@ -410,7 +408,7 @@ class BatchProcessor:
         destination = write.destination
         delivery = self.delivery(destination.id, batch_id, nacks_allowed=True)
         with self._as_destination(destination.node_id), _timed(write):
-            if DELIVERED[destination.plugin](destination.settings, delivery):
+            if plugins.delivered(destination.plugin, destination.settings, delivery):
                 write.skipped = True
                 logger.info(
                     "%s: batch %d already delivered, not written again", destination.node_id, batch_id
@@ -419,8 +417,8 @@ class BatchProcessor:
             rows = write.frame.filter(F.col("_state") == STATE_OPEN).observe(
                 write.written, F.count(F.lit(1)).alias("n")
             )
-            write.staged = DESTINATIONS[destination.plugin](
-                rows.select(*RECORD_COLUMNS, "_seq"), destination.settings, delivery
+            write.staged = plugins.stage(
+                destination.plugin, rows.select(*RECORD_COLUMNS, "_seq"), destination.settings, delivery
             )
 
     @staticmethod
@@ -595,8 +593,8 @@ class BatchProcessor:
             staged.append(jsonl_files.stage_jsonl(wrapped.drop("_seq"), self.state.dlq_dir, delivery))
         plugin, settings = self.pipeline.dlq.plugin, dict(self.pipeline.dlq.settings)
         with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
-            if not DELIVERED[plugin](settings, delivery):
-                staged.append(DESTINATIONS[plugin](wrapped, settings, delivery))
+            if not plugins.delivered(plugin, settings, delivery):
+                staged.append(plugins.stage(plugin, wrapped, settings, delivery))
         return staged
 
     def _note_dlq(self, nack_rows: list[Row]) -> None:

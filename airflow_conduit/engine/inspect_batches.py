@@ -22,22 +22,15 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
-from airflow_conduit.engine.connectors._stream import SourceContext, source_options
-from airflow_conduit.engine.connectors.file import FileStreamReader
-from airflow_conduit.engine.connectors.generator import GeneratorStreamReader
-from airflow_conduit.engine.connectors.postgres.source import PostgresStreamReader
+from airflow_conduit.config.registry import BUILTIN
+from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.offsets import OffsetLog, OffsetLogError
 from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS, SOURCE_TYPES
 from airflow_conduit.state import PipelineState
 
-READERS: dict[str, type] = {
-    "builtin:generator": GeneratorStreamReader,
-    "builtin:file": FileStreamReader,
-    "builtin:postgres": PostgresStreamReader,
-}
-"""Readers may add two methods for ``inspect``: ``inspection_start()``, the initial offset without side
-effects (``initialOffset`` may create what a run needs), and ``unreadable(start, end)``, why a range
-cannot be read again (None when it can)."""
+# A source's stream reader (its plugin is ``inspectable``) may add two methods for ``inspect``:
+# ``inspection_start()``, the initial offset without side effects (``initialOffset`` may create what a run
+# needs), and ``unreadable(start, end)``, why a range cannot be read again (None when it can).
 _COLUMNS = tuple(SOURCE_TYPES)
 
 
@@ -108,14 +101,14 @@ class InspectedBatch:
 
 def stream_reader(source: ConnectorConfig) -> Any:
     """The source's Spark stream reader, built as Spark would build it, for use in plain Python."""
-    try:
-        reader_cls = READERS[source.plugin]
-    except KeyError:
-        raise OffsetLogError(
-            f"source {source.id} ({source.plugin}): inspect can re-read only {', '.join(sorted(READERS))}"
-        ) from None
     ctx = SourceContext(source.id, source.node_id, stop_file="", parallelism=1)
-    return reader_cls(source_options(dict(source.settings), ctx))
+    reader = plugins.stream_reader(source, ctx)
+    if reader is None:
+        readable = sorted(s.name for s in BUILTIN if s.inspectable)
+        raise OffsetLogError(
+            f"source {source.id} ({source.plugin}): inspect can re-read only {', '.join(readable)}"
+        )
+    return reader
 
 
 def _rows(chunk: Any) -> Iterator[dict[str, Any]]:

@@ -17,8 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.fieldref import sql_string
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
-from airflow_conduit.engine.connectors import SourceContext
-from airflow_conduit.engine.connectors.registry import SOURCES
+from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.record import (
@@ -47,7 +46,7 @@ def source_stream(
     source does not yield holds its default) and ``_src``, the source's index in the pipeline."""
     parallelism = spark.sparkContext.defaultParallelism
     ctx = SourceContext(source.id, source.node_id, str(state.stop_file), parallelism)
-    raw = SOURCES[source.plugin](spark, dict(source.settings), ctx)
+    raw = plugins.read_stream(spark, source, ctx)
     acked = state.acked_positions(source.id)
     if acked:
         # Poison records acknowledged by `airflow-conduit ack`: skipped, never processed nor written;

@@ -18,6 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from airflow_conduit.config.model import PipelineConfig
+from airflow_conduit.config.registry import spark_sources
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.metrics import PipelineMetrics
@@ -230,11 +231,12 @@ def classify_failure(failure: Exception) -> PipelineError:
     """A Spark failure that no processor classified: transient, as in Conduit (a source or destination
     unreachable, a task lost, ...)."""
     text = str(failure).strip()
-    # The engine's sources are Python data sources named conduit_<plugin>: their failures name them.
+    # The engine's sources are Python data sources, named in their specs (spark_source): failures name them.
     # Failures of a source's driver-side calls (initialOffset, latestOffset, ...) name the error class.
     # Not looked for in the query's description, whose plan names the sources whatever failed.
     outside_plan = _QUERY_DESCRIPTION.sub("", text)
-    source = re.search(r"\bconduit_(file|generator|postgres)\b|PYTHON_STREAMING_DATA_SOURCE", outside_plan)
+    names = "|".join(re.escape(name) for name in spark_sources())
+    source = re.search(rf"\b(?:{names})\b|PYTHON_STREAMING_DATA_SOURCE", outside_plan)
     code = Code.SOURCE_FAILED if source else Code.SPARK_FAILED
     # A connector's own TransientError/FatalError, raised on an executor, reaches the driver only as
     # the text of Python's traceback: its last line says which it was.

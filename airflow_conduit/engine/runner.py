@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
 from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
-from airflow_conduit.engine.processors import PROCESSORS
+from airflow_conduit.engine.processors import apply
 from airflow_conduit.engine.session import get_session
 from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
 from airflow_conduit.record import RECORD_SCHEMA
@@ -58,7 +58,7 @@ def check_plan(spark: SparkSession, pipeline: PipelineConfig) -> None:
     for processors in scopes:
         for proc in processors:
             try:
-                PROCESSORS[proc.plugin](empty, proc).schema  # noqa: B018 - forces analysis
+                apply(empty, proc).schema  # noqa: B018 - forces analysis
             except Exception as error:
                 raise PlanError(proc, error) from error
 

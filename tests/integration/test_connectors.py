@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from airflow_conduit.config import load_pipeline_file, load_pipeline_text
-from airflow_conduit.config.settings import PLUGINS, GeneratorSettings
+from airflow_conduit.config import PLUGINS, load_pipeline_file, load_pipeline_text
+from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
 from airflow_conduit.engine.delivery import logged_batch
 from airflow_conduit.state import PipelineState

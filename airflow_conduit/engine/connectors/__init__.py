@@ -14,7 +14,8 @@ bigint, unique in the batch, increasing in source order). A destination that wri
 records the target refuses (a constraint violation, a value the column rejects) writes the rest and
 lists the refused ones in ``Staged.nacks`` as ``(seq, error)``: the engine sends those to the DLQ.
 
-The plugin tables are in :mod:`.registry`. This package imports nothing heavy: Spark's Python workers
+Each plugin's spec (:mod:`airflow_conduit.config.registry`) names its module; the engine calls it through
+:mod:`.plugins`, which imports the module on first use. This package imports nothing heavy: Spark's Python workers
 import a source's module (and so this package) every time a streaming query starts, and an import of every
 connector, the processors and the config loader added about 0.2 s to each start.
 """

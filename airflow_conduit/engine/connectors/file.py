@@ -29,6 +29,7 @@ from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
     read_python_source,
+    source_options,
     stop_requested,
 )
 from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
@@ -219,6 +220,11 @@ class FileDataSource(DataSource):
 
 def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
     return read_python_source(spark, FileDataSource, settings, ctx, SCHEMA)
+
+
+def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> FileStreamReader:
+    """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
+    return FileStreamReader(source_options(settings, ctx))
 
 
 # destination -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
     read_python_source,
+    source_options,
     stop_requested,
 )
 from airflow_conduit.record import SOURCE_SCHEMA
@@ -199,3 +200,8 @@ class GeneratorDataSource(DataSource):
 
 def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
     return read_python_source(spark, GeneratorDataSource, settings, ctx)
+
+
+def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> GeneratorStreamReader:
+    """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
+    return GeneratorStreamReader(source_options(settings, ctx))

@@ -1,44 +1,30 @@
-"""Builtin processors, one module each, and the ``custom.python`` adapter."""
+"""Builtin processors, one module each, and the ``custom.python`` adapter.
+
+A processor's spec (:mod:`airflow_conduit.config.registry`) names its module, imported here on first use.
+"""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.delivery import BatchContext
-from airflow_conduit.engine.processors import (
-    custom_python,
-    error,
-    field_convert,
-    field_exclude,
-    field_rename,
-    field_set,
-    filter,
-    json_decode,
-    json_encode,
-)
 
-Apply = Callable[[DataFrame, ProcessorConfig], DataFrame]
 
-PROCESSORS: dict[str, Apply] = {
-    "field.set": field_set.apply,
-    "field.rename": field_rename.apply,
-    "field.exclude": field_exclude.apply,
-    "field.convert": field_convert.apply,
-    "filter": filter.apply,
-    "json.decode": json_decode.apply,
-    "json.encode": json_encode.apply,
-    "error": error.apply,
-    "custom.python": custom_python.apply,
-}
+def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None = None) -> DataFrame:
+    """Apply one processor; ``batch`` reaches only a processor that reads the batch's context
+    (``custom.python``)."""
+    spec = proc.spec
+    module = spec.implementation()
+    applied: DataFrame = (
+        module.apply(records, proc, batch) if spec.batch_context else module.apply(records, proc)
+    )
+    return applied
 
-NOT_PURE = frozenset({"custom.python"})
-"""Processors whose result may differ between two calls on the same record (user code: services that
-flake, random values). A replay of a batch cannot recompute their decision (see engine/decisions.py)."""
 
 # Spark calls these deterministic, but fixes their value per query: two actions see two values.
 _PER_QUERY = re.compile(r"\b(current_timestamp|current_date|current_time|now|localtimestamp)\(", re.I)
@@ -47,13 +33,15 @@ _PER_QUERY = re.compile(r"\b(current_timestamp|current_date|current_time|now|loc
 def is_pure(proc: ProcessorConfig, empty: DataFrame) -> bool:
     """Whether applying ``proc`` twice to the same record gives the same result: a built-in whose Spark
     SQL (its ``condition`` and settings) Spark deems deterministic and that reads no clock. Only such
-    processors may be evaluated again from stored rows.
+    processors may be evaluated again from stored rows. A plugin whose spec is not ``pure`` (user code:
+    services that flake, random values) never is: a replay of a batch cannot recompute its decision
+    (see engine/decisions.py).
 
     :param empty: an empty frame of records to analyse the processor on
     """
-    if proc.plugin in NOT_PURE:
+    if not proc.spec.pure:
         return False
-    plan = PROCESSORS[proc.plugin](empty, proc)._jdf.queryExecution().analyzed()
+    plan = apply(empty, proc)._jdf.queryExecution().analyzed()
     return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 
 
@@ -77,10 +65,7 @@ def apply_all(
     """
     applied = False
     for proc in processors:
-        if proc.plugin == "custom.python":
-            records = custom_python.apply(records, proc, batch)  # the one that can read the context
-        else:
-            records = PROCESSORS[proc.plugin](records, proc)
+        records = apply(records, proc, batch)
         applied = True
     if applied:
         records = records.withColumn("_state", F.expr(_STATE_BARRIER))

@@ -52,6 +52,7 @@ from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
     read_python_source,
+    source_options,
     stop_requested,
 )
 from airflow_conduit.engine.connectors.postgres import _common
@@ -328,6 +329,11 @@ class PostgresDataSource(DataSource):
 
 def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
     return read_python_source(spark, PostgresDataSource, settings, ctx)
+
+
+def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> PostgresStreamReader:
+    """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
+    return PostgresStreamReader(source_options(settings, ctx))
 
 
 __all__ = ["PostgresDataSource", "read_stream"]

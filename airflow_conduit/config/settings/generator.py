@@ -1,0 +1,79 @@
+"""``builtin:generator``: its settings and its spec."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ...record import OPERATIONS
+from ..spec import PluginSettings, PluginSpec
+from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, comma_list
+
+FieldType = Literal["int", "string", "bool", "time", "duration"]
+_FORMAT_OPTIONS = "format.options"
+
+
+class GeneratorSettings(PluginSettings):
+    record_count: int = Field(-1, alias="recordCount")
+    """Records to produce; -1 means unbounded."""
+    rate: float = Field(0.0, ge=0)
+    """Records per second; 0 means no limit."""
+    collections: str = ""
+    operations: str = "create"
+    format_type: Literal["structured", "raw"] = Field("structured", alias="format.type")
+    format_options: dict[str, FieldType] = Field(
+        default_factory=lambda: {"id": "int", "name": "string"}, alias=_FORMAT_OPTIONS
+    )
+    """Field name -> type; written as ``format.options.<field>: <type>`` keys, as in Conduit."""
+    seed: int = 0
+    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_format_options(cls, data: Any) -> Any:
+        # Conduit spreads the schema over dynamic keys; gather them so the model can check them as one map.
+        if not isinstance(data, Mapping):
+            return data
+        prefix = _FORMAT_OPTIONS + "."
+        options = {
+            k[len(prefix) :]: v for k, v in data.items() if isinstance(k, str) and k.startswith(prefix)
+        }
+        if not options:
+            return data
+        rest = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(prefix))}
+        rest[_FORMAT_OPTIONS] = {**dict(rest.get(_FORMAT_OPTIONS) or {}), **options}
+        return rest
+
+    @field_validator("record_count")
+    @classmethod
+    def _check_record_count(cls, value: int) -> int:
+        if value < -1:
+            raise ValueError("must be -1 (unbounded) or >= 0")
+        return value
+
+    @field_validator("collections")
+    @classmethod
+    def _normalise_collections(cls, value: str) -> str:
+        return ",".join(comma_list(value))
+
+    @field_validator("operations")
+    @classmethod
+    def _check_operations(cls, value: str) -> str:
+        ops = comma_list(value)
+        bad = [op for op in ops if op not in OPERATIONS]
+        if bad or not ops:
+            raise ValueError(f"must be a comma-separated list of {', '.join(OPERATIONS)}; got {value!r}")
+        return ",".join(ops)
+
+
+SOURCE = PluginSpec(
+    "builtin:generator",
+    "source",
+    GeneratorSettings,
+    engine="airflow_conduit.engine.connectors.generator",
+    spark_source="conduit_generator",
+    replays_identically=True,
+    inspectable=True,
+)

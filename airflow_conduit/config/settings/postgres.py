@@ -1,0 +1,90 @@
+"""``builtin:postgres``, a source and a destination: their settings and specs."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ..spec import PluginSettings, PluginSpec
+from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, DestinationSettings, RequiredStr
+
+_POSTGRES_URL = re.compile(r"postgres(?:ql)?://\S+")
+
+
+def _check_postgres_url(value: str) -> str:
+    value = value.strip()
+    if not _POSTGRES_URL.fullmatch(value):
+        # The value may hold a password: never echo it.
+        raise ValueError("must be a URL like postgresql://user:password@host:5432/database")
+    return value
+
+
+class PostgresSourceSettings(PluginSettings):
+    """Conduit's postgres source: snapshot of ``tables``, then CDC (logical replication or long polling)."""
+
+    url: RequiredStr
+    tables: RequiredStr
+    """Comma-separated table names (``table`` is accepted as in Conduit's older releases)."""
+    key: str = ""
+    """The column that orders the snapshot (default: each table's primary key)."""
+    snapshot_mode: Literal["initial", "never"] = Field("initial", alias="snapshotMode")
+    cdc_mode: Literal["auto", "logrepl", "long_polling"] = Field("auto", alias="cdcMode")
+    slot_name: str = Field("conduitslot", alias="logrepl.slotName", pattern=r"^[a-z0-9_]{1,63}$")
+    ordering_column: str = Field("", alias="orderingColumn")
+    """``long_polling``: an increasing column; records with a greater value are read next."""
+    poll_interval: float = Field(1.0, gt=0, alias="pollingPeriod")
+    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _check_postgres_url(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _table_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "table" in data and "tables" not in data:
+            data = dict(data)
+            data["tables"] = data.pop("table")
+        return data
+
+    @model_validator(mode="after")
+    def _check_long_polling(self) -> PostgresSourceSettings:
+        if self.cdc_mode == "long_polling" and not self.ordering_column:
+            raise ValueError("cdcMode long_polling needs orderingColumn (an increasing column)")
+        return self
+
+
+class PostgresDestinationSettings(DestinationSettings):
+    """Conduit's postgres destination; exactly once through a delivery marker in the same transaction."""
+
+    url: RequiredStr
+    table: str = ""
+    """Target table; empty: the record's ``opencdc.collection``."""
+    key: str = ""
+    """Key column: upsert on it when set (and delete by it), insert otherwise."""
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        return _check_postgres_url(value)
+
+
+SOURCE = PluginSpec(
+    "builtin:postgres",
+    "source",
+    PostgresSourceSettings,
+    engine="airflow_conduit.engine.connectors.postgres.source",
+    spark_source="conduit_postgres",
+    inspectable=True,
+)
+DESTINATION = PluginSpec(
+    "builtin:postgres",
+    "destination",
+    PostgresDestinationSettings,
+    engine="airflow_conduit.engine.connectors.postgres.destination",
+    delivery_marker=True,  # in the same transaction as the rows
+    writes_on_stage=True,
+)

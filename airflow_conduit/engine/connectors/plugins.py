@@ -1,0 +1,42 @@
+"""The engine's side of the plugin registry: a connector's functions, from the module its spec names.
+
+A plugin's module is imported when the engine first calls it, not with this package: Spark's Python
+workers import a source's module (and so this package) at every query start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_conduit.config.model import ConnectorConfig
+from airflow_conduit.config.registry import spec_of
+from airflow_conduit.engine.connectors import Delivery, SourceContext, Staged
+
+
+def read_stream(spark: SparkSession, source: ConnectorConfig, ctx: SourceContext) -> DataFrame:
+    """The source's stream, as its plugin reads it."""
+    read = spec_of(source.plugin, "source").implementation().read_stream
+    frame: DataFrame = read(spark, source.settings, ctx)
+    return frame
+
+
+def stream_reader(source: ConnectorConfig, ctx: SourceContext) -> Any | None:
+    """The source's Spark stream reader, built as Spark builds it, for use in plain Python; ``None``
+    when the plugin cannot be read that way (:attr:`~airflow_conduit.config.spec.PluginSpec.inspectable`)."""
+    spec = spec_of(source.plugin, "source")
+    return spec.implementation().stream_reader(source.settings, ctx) if spec.inspectable else None
+
+
+def delivered(plugin: str, settings: Any, delivery: Delivery) -> bool:
+    """Whether the destination already holds ``delivery``; never for one that keeps no marker (at least
+    once: every replay writes again)."""
+    spec = spec_of(plugin, "destination")
+    return spec.delivery_marker and bool(spec.implementation().delivered(settings, delivery))
+
+
+def stage(plugin: str, records: DataFrame, settings: Any, delivery: Delivery) -> Staged:
+    """The destination's write of ``records``, staged: invisible until published."""
+    staged: Staged = spec_of(plugin, "destination").implementation().stage(records, settings, delivery)
+    return staged
