@@ -31,11 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_conduit.errors import (
-    EXIT_CONFIG,
     EXIT_FATAL,
     EXIT_STOPPED,
     EXIT_TRANSIENT,
-    Code,
     ErrorKind,
     PipelineError,
     classify_exit_code,
@@ -85,11 +83,16 @@ class Status(StrEnum):
     """A transient error that nobody recovers (yet): a restart may succeed."""
 
     @classmethod
+    def of_kind(cls, kind: ErrorKind | None) -> Status:
+        """How a run ended: stopped without an error, degraded if fatal, failed if transient."""
+        if kind is None:
+            return cls.STOPPED
+        return cls.DEGRADED if kind == "fatal" else cls.FAILED
+
+    @classmethod
     def of_error(cls, error: PipelineError | None) -> Status:
         """How a run with ``error`` ended: stopped without one, degraded if fatal, failed if transient."""
-        if error is None:
-            return cls.STOPPED
-        return cls.DEGRADED if error.kind == "fatal" else cls.FAILED
+        return cls.of_kind(error.kind if error is not None else None)
 
     @property
     def terminal(self) -> bool:
@@ -272,7 +275,7 @@ class ExitPayload:
         try:
             status = Status(str(data.get("status")))
         except ValueError:
-            status = Status.of_error(error) if error is not None else _status_of_exit_code(code)
+            status = Status.of_error(error) if error is not None else Status.of_kind(classify_exit_code(code))
         records = data.get("records")
         dlq = data.get("dlq")
         batches, duration, returncode = (
@@ -301,17 +304,10 @@ def _str_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _status_of_exit_code(exit_code: int) -> Status:
-    kind = classify_exit_code(exit_code)
-    if kind is None:
-        return Status.STOPPED
-    return Status.DEGRADED if kind == "fatal" else Status.FAILED
-
-
 def _status_exit_code(status: Any, error: PipelineError | None) -> int:
     """The exit code of a payload that names none: its error's, else its status's (0 if neither)."""
     if error is not None:
-        return EXIT_CONFIG if error.code == Code.INVALID_CONFIG else error.exit_code
+        return error.exit_code
     return {"degraded": EXIT_FATAL, "failed": EXIT_TRANSIENT}.get(str(status), EXIT_STOPPED)
 
 

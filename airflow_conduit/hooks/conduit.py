@@ -22,7 +22,7 @@ from airflow.sdk.exceptions import AirflowException
 import airflow_conduit
 from airflow_conduit import dlq_tools
 from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
-from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, EXIT_TRANSIENT, Code
+from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
     SPARK_OUTPUT_FILES_KEPT,
@@ -30,9 +30,8 @@ from airflow_conduit.hooks.spark_output import (
     parse_payload_line,
     prune_spark_outputs,
 )
-from airflow_conduit.recovery.decision import parse_time
-from airflow_conduit.recovery.runner import Outcome, classify
-from airflow_conduit.state import PipelineState
+from airflow_conduit.recovery.runner import Outcome
+from airflow_conduit.state import ExitPayload, PipelineState, Status, format_time, parse_time
 
 __all__ = ["ConduitHook", "PipelineRun", "engine_application", "parse_payload_line"]
 
@@ -58,8 +57,8 @@ class PipelineRun:
 
     pipeline_id: str
     state_dir: str
-    payload: dict[str, Any]
-    """The exit payload; synthesised from the exit code when the job left none."""
+    exit_payload: ExitPayload
+    """How the run ended; synthesised from the exit code when the job left none."""
     payload_source: PayloadSource
     returncode: int | None
     submitted_at: datetime
@@ -73,16 +72,24 @@ class PipelineRun:
     """The file that holds every line spark-submit printed in this run."""
 
     @property
+    def payload(self) -> dict[str, Any]:
+        """The exit payload's JSON, as in ``exit.json``."""
+        return self.exit_payload.to_dict()
+
+    @property
     def exit_code(self) -> int:
-        return int(self.payload.get("exit_code", EXIT_TRANSIENT))
+        return self.exit_payload.exit_code
 
     @property
     def outcome(self) -> Outcome:
-        return classify(self.payload)
+        """``stopped``, or the failure's kind (the error's, else the exit code's)."""
+        return self.exit_payload.kind or "stopped"
 
     @property
     def records(self) -> dict[str, Any]:
-        return dict(self.payload.get("records") or {})
+        """The run's counters as in the payload's JSON (``{}`` when it left none; typed:
+        ``exit_payload.records``)."""
+        return self.payload["records"]
 
     @property
     def duration(self) -> timedelta:
@@ -193,7 +200,7 @@ class ConduitHook(BaseHook):
         env.update(self.env_vars)
         return env
 
-    def get_spark_submit_hook(self, application_args: list[str], *, name: str) -> SparkSubmitHook:
+    def get_spark_submit_hook(self, application_args: list[str], *, name: str) -> ConduitSparkSubmitHook:
         """A ``SparkSubmitHook`` for one submission."""
         kwargs = dict(self.spark_submit_kwargs)
         # The engine's GC setting (see airflow_conduit.engine.jvm), unless the submission sets its own.
@@ -285,16 +292,16 @@ class ConduitHook(BaseHook):
             payload = self._synthesize_payload(
                 pipeline_id, returncode, failure, spark, submitted_at, ended_at
             )
-        elif returncode is not None and int(payload.get("exit_code", returncode)) != returncode:
+        elif returncode is not None and payload.exit_code != returncode:
             self.log.warning(
                 "spark-submit exited with %s but the exit payload says %s; trusting the payload",
                 returncode,
-                payload.get("exit_code"),
+                payload.exit_code,
             )
         return PipelineRun(
             pipeline_id=pipeline_id,
             state_dir=str(state_dir),
-            payload=payload,
+            exit_payload=payload,
             payload_source=source,
             returncode=returncode,
             submitted_at=submitted_at,
@@ -358,7 +365,7 @@ class ConduitHook(BaseHook):
         exit_before: str | None,
         spark: ConduitSparkSubmitHook,
         submitted_at: datetime,
-    ) -> tuple[dict[str, Any] | None, PayloadSource]:
+    ) -> tuple[ExitPayload | None, PayloadSource]:
         """This run's exit payload: ``exit.json`` if this run wrote it, else the output's payload line.
 
         ``exit.json`` counts only when rewritten by a run that started after this submission: a run
@@ -370,10 +377,12 @@ class ConduitHook(BaseHook):
                 payload = state.read_exit_payload()
             except ValueError:
                 payload = None
-            if isinstance(payload, dict) and "exit_code" in payload and _started_since(payload, submitted_at):
-                return payload, "state_dir"
+            if isinstance(payload, dict) and "exit_code" in payload:
+                written = ExitPayload.from_dict(payload)
+                if _started_since(written, submitted_at):
+                    return written, "state_dir"
         if spark.payload_line is not None:
-            return spark.payload_line, "stdout"
+            return ExitPayload.from_dict(spark.payload_line), "stdout"
         return None, "none"
 
     def _synthesize_payload(
@@ -384,7 +393,7 @@ class ConduitHook(BaseHook):
         spark: ConduitSparkSubmitHook,
         submitted_at: datetime,
         ended_at: datetime,
-    ) -> dict[str, Any]:
+    ) -> ExitPayload:
         """A payload for a run that left none: the job never got going, or died without a word.
 
         Exit code 2 (usage or config) is fatal; any other failure is transient, as in Conduit (the
@@ -393,19 +402,13 @@ class ConduitHook(BaseHook):
         """
         if returncode in (EXIT_STOPPED, None) and failure is None:
             self.log.warning("The job exited with 0 but left no exit payload; treating it as stopped")
-            return {
-                "pipeline": pipeline_id,
-                "status": "stopped",
-                "exit_code": EXIT_STOPPED,
-                "error": None,
-                "records": {},
-                "started_at": _iso(submitted_at),
-                "ended_at": _iso(ended_at),
-            }
-        if returncode == EXIT_CONFIG:
-            kind, code, status, exit_code = "fatal", Code.INVALID_CONFIG, "degraded", EXIT_CONFIG
-        else:
-            kind, code, status, exit_code = "transient", Code.SPARK_FAILED, "failed", EXIT_TRANSIENT
+            return ExitPayload(
+                pipeline=pipeline_id,
+                status=Status.STOPPED,
+                exit_code=EXIT_STOPPED,
+                started_at=format_time(submitted_at),
+                ended_at=format_time(ended_at),
+            )
         message = f"spark-submit exited with {returncode} and no exit payload"
         last_line = next((line for line in reversed(spark.output_tail) if line.strip()), "")
         if last_line:
@@ -414,16 +417,18 @@ class ConduitHook(BaseHook):
             message += f" (the whole output: {spark.output_path})"
         self.log.warning("%s", message)
         self.log.debug("The last output of spark-submit:\n%s", "\n".join(list(spark.output_tail)[-40:]))
-        return {
-            "pipeline": pipeline_id,
-            "status": status,
-            "exit_code": exit_code,
-            "error": {"kind": kind, "code": code, "message": message, "node": None},
-            "records": {},
-            "started_at": _iso(submitted_at),
-            "ended_at": _iso(ended_at),
-            "spark_submit_returncode": returncode,
-        }
+        if returncode == EXIT_CONFIG:
+            error, exit_code = PipelineError("fatal", Code.INVALID_CONFIG, message), EXIT_CONFIG
+        else:
+            error, exit_code = PipelineError("transient", Code.SPARK_FAILED, message), None
+        return ExitPayload.failure(
+            pipeline_id,
+            error,
+            exit_code=exit_code,
+            started_at=format_time(submitted_at),
+            ended_at=format_time(ended_at),
+            spark_submit_returncode=returncode,
+        )
 
     # stop ---------------------------------------------------------------------------------------
     def _request_stop(self, state: PipelineState, reason: str) -> None:
@@ -477,7 +482,7 @@ class _StopAfter(threading.Thread):
 
     def _running_since(self) -> float | None:
         status = self.state.read_status() or {}
-        if status.get("status") != "running":
+        if status.get("status") != Status.RUNNING:
             return None
         try:
             updated = datetime.fromisoformat(str(status.get("updated_at", "")).replace("Z", "+00:00"))
@@ -506,12 +511,8 @@ class _StopAfter(threading.Thread):
             self.state.clear_stop_request()
 
 
-def _started_since(payload: Mapping[str, Any], moment: datetime) -> bool:
+def _started_since(payload: ExitPayload, moment: datetime) -> bool:
     try:
-        return parse_time(payload.get("started_at") or "") >= moment
+        return parse_time(payload.started_at or "") >= moment
     except (TypeError, ValueError):
         return True  # a payload without a start time: trust the rewrite, as before
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

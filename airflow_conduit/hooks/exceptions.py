@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_conduit.state import ExitPayload
+
 if TYPE_CHECKING:
     from airflow_conduit.recovery.policy import RecoveryPolicy
 
@@ -24,7 +26,8 @@ class ConduitPipelineError(AirflowException):
     :param message: what happened
     :param pipeline_id: the pipeline
     :param state_dir: its state dir
-    :param payload: the run's exit payload (``exit_code``, ``error``, ``records``, ...)
+    :param payload: the run's exit payload (``exit_code``, ``error``, ``records``, ...); kept as its JSON
+        in :attr:`payload`
     :param recovery: the recovery policy in force, for a retry policy to pick up
     """
 
@@ -34,14 +37,21 @@ class ConduitPipelineError(AirflowException):
         *,
         pipeline_id: str,
         state_dir: str,
-        payload: Mapping[str, Any] | None = None,
+        payload: ExitPayload | Mapping[str, Any] | None = None,
         recovery: RecoveryPolicy | None = None,
     ) -> None:
         super().__init__(message)
         self.pipeline_id = pipeline_id
         self.state_dir = str(state_dir)
-        self.payload: dict[str, Any] = dict(payload or {})
+        self.payload: dict[str, Any] = (
+            payload.to_dict() if isinstance(payload, ExitPayload) else dict(payload or {})
+        )
         self.recovery = recovery
+
+    @property
+    def exit_payload(self) -> ExitPayload | None:
+        """The exit payload as an :class:`~airflow_conduit.state.ExitPayload` (``None`` without one)."""
+        return ExitPayload.from_dict(self.payload) if self.payload else None
 
     @property
     def error(self) -> dict[str, Any]:

@@ -8,9 +8,12 @@ import re
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+if TYPE_CHECKING:
+    from airflow.sdk.types import Logger
 
 SPARK_OUTPUT_FILES_KEPT = 20
 """How many ``spark-submit-*.log`` files a pipeline's ``logs/`` dir keeps (the newest)."""
@@ -146,7 +149,9 @@ class ConduitSparkSubmitHook(SparkSubmitHook):
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
         task_log = self.log
-        self._log = _OutputEcho(task_log, self)  # LoggingMixin's logger, for the provider's parsing
+        # LoggingMixin's logger, for the provider's parsing. A duck-typed stand-in, not a Logger: it
+        # forwards every call but the echo of an output line (the real one is a structlog logger anyway).
+        self._log = cast("Logger", _OutputEcho(task_log, self))
         try:
             super()._process_spark_submit_log(self._tee(itr, task_log))
         finally:

@@ -12,15 +12,17 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_conduit.errors import EXIT_TRANSIENT, Code
-from airflow_conduit.recovery.decision import parse_time
+from airflow_conduit.errors import Code, PipelineError
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
 from airflow_conduit.run_lock import OWNER_ENV, TRY_ENV, LockHolder, current_holder
-from airflow_conduit.state import PipelineState, utc_now
+from airflow_conduit.state import ExitPayload, PipelineState, parse_time
 from airflow_conduit.triggers.hand_over import not_before
 
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from airflow.sdk import Context
+    from airflow.triggers.base import BaseTrigger
 
     from airflow_conduit.hooks.conduit import ConduitHook, PipelineRun
 
@@ -30,9 +32,11 @@ class OneEnginePerPipeline:
 
     if TYPE_CHECKING:
         pipeline_id: str
-        hook: ConduitHook
         log: Any
         _reattached: bool
+
+        @property
+        def hook(self) -> ConduitHook: ...
 
         @property
         def _state(self) -> PipelineState: ...
@@ -46,7 +50,14 @@ class OneEnginePerPipeline:
 
         def resolve_deferral_threshold(self) -> timedelta: ...
 
-        def defer(self, *, trigger: Any, method_name: str) -> None: ...
+        def defer(
+            self,
+            *,
+            trigger: BaseTrigger,
+            method_name: str,
+            kwargs: dict[str, Any] | None = None,
+            timeout: timedelta | int | float | None = None,
+        ) -> NoReturn: ...
 
     @staticmethod
     def _owner(context: Context) -> str | None:
@@ -146,13 +157,16 @@ class OneEnginePerPipeline:
                 self.log.info("Requesting a graceful stop of pipeline %s (stop_after)", self.pipeline_id)
                 state.request_stop()
             time.sleep(1.0)
-        payload = state.read_exit_payload()
-        if not payload or parse_time(payload.get("started_at") or "1970-01-01T00:00:00Z") < started:
-            payload = _lost_engine_payload(self.pipeline_id, holder)
+        payload = state.read_exit()
+        if payload is None or parse_time(payload.started_at or "1970-01-01T00:00:00Z") < started:
+            # Killed, so transient.
+            message = f"the engine ({holder.describe()}) ended without an exit payload (killed?)"
+            error = PipelineError("transient", Code.SPARK_FAILED, message)
+            payload = ExitPayload.failure(self.pipeline_id, error, started_at=holder.started_at)
         return PipelineRun(
             pipeline_id=self.pipeline_id,
             state_dir=self._abs_state_dir,
-            payload=payload,
+            exit_payload=payload,
             payload_source="state_dir",
             returncode=None,
             submitted_at=started,
@@ -160,20 +174,7 @@ class OneEnginePerPipeline:
         )
 
 
-def _lost_engine_payload(pipeline_id: str, holder: LockHolder) -> dict[str, Any]:
-    """How a reattached engine ended when it left no exit payload: killed, so transient."""
-    message = f"the engine ({holder.describe()}) ended without an exit payload (killed?)"
-    return {
-        "pipeline": pipeline_id,
-        "status": "failed",
-        "exit_code": EXIT_TRANSIENT,
-        "error": {"kind": "transient", "code": Code.SPARK_FAILED, "message": message, "node": None},
-        "records": {},
-        "started_at": holder.started_at,
-        "ended_at": utc_now(),
-    }
-
-
 def refused(run: PipelineRun) -> bool:
     """Whether the pipeline's run lock refused the run: another engine runs the pipeline."""
-    return ((run.payload.get("error") or {}).get("code")) == Code.PIPELINE_LOCKED
+    error = run.exit_payload.error
+    return error is not None and error.code == Code.PIPELINE_LOCKED

@@ -27,7 +27,7 @@ from airflow_conduit.plugins.links import ConduitPipelineLink
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration, parse_duration
 from airflow_conduit.recovery.runner import wait_until
-from airflow_conduit.state import PipelineState, read_json, write_json_atomic
+from airflow_conduit.state import ExitPayload, PipelineState, Status, read_json, write_json_atomic
 from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.recovery import PipelineRecoveryTrigger
 
@@ -299,7 +299,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
                 pipeline_file=self._resolve_pipeline_file(),
                 pipeline_id=self.pipeline_id,
                 state_dir=self._abs_state_dir,
-                mode=self.mode,  # type: ignore[arg-type]
+                mode="continuous" if self.mode == "continuous" else "until_idle",  # checked in execute
                 stop_after=self._stop_after_seconds(),
             )
             if refused(run):
@@ -311,30 +311,28 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             outcome = run.outcome
             if outcome == "stopped":
                 recovery.on_success(run.payload)
-                return self._finish(context, run.payload, runs, outcome="stopped")
-            error_kwargs = {
-                "pipeline_id": self.pipeline_id,
-                "state_dir": self._abs_state_dir,
-                "payload": run.payload,
-                "recovery": recovery.policy,
-            }
+                return self._finish(context, run.exit_payload, runs, outcome="stopped")
+            described = _describe(run.exit_payload)
             if outcome == "fatal":
                 recovery.on_fatal(run.payload)
                 cls = PipelineConfigError if run.exit_code == EXIT_CONFIG else PipelineDegradedError
-                raise cls(
-                    f"pipeline {self.pipeline_id} is degraded: {_describe(run.payload)}", **error_kwargs
+                raise self._failure(
+                    cls, f"pipeline {self.pipeline_id} is degraded: {described}", run, recovery
                 )
             if self.airflow_retries:
-                raise PipelineTransientError(
-                    f"pipeline {self.pipeline_id} failed with a transient error: {_describe(run.payload)}",
-                    **error_kwargs,
+                raise self._failure(
+                    PipelineTransientError,
+                    f"pipeline {self.pipeline_id} failed with a transient error: {described}",
+                    run,
+                    recovery,
                 )
             decision = recovery.on_failure(run.payload)
             if not decision.restart:
-                raise PipelineDegradedError(
-                    f"pipeline {self.pipeline_id} is degraded: {decision.reason}; last error: "
-                    f"{_describe(run.payload)}",
-                    **error_kwargs,
+                raise self._failure(
+                    PipelineDegradedError,
+                    f"pipeline {self.pipeline_id} is degraded: {decision.reason}; last error: {described}",
+                    run,
+                    recovery,
                 )
             threshold = self.resolve_deferral_threshold()
             if self.deferrable and decision.delay >= threshold:
@@ -367,6 +365,22 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
                 cancel_recovery(recovery)
                 return self._finish(context, None, runs, outcome="cancelled")
 
+    def _failure(
+        self,
+        cls: type[ConduitPipelineError],
+        message: str,
+        run: PipelineRun,
+        recovery: PipelineRecovery,
+    ) -> ConduitPipelineError:
+        """The exception that ends the task after ``run`` (raised by the caller)."""
+        return cls(
+            message,
+            pipeline_id=self.pipeline_id,
+            state_dir=self._abs_state_dir,
+            payload=run.exit_payload,
+            recovery=recovery.policy,
+        )
+
     def on_kill(self) -> None:
         if self._reattached:
             # Not our child process: ask the engine we reattached to for a graceful stop.
@@ -381,42 +395,54 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
 
     # results -------------------------------------------------------------------------------------
     def _log_run(self, run: PipelineRun) -> None:
-        records = run.records
-        written = records.get("written") or {}
+        payload = run.exit_payload
+        records = payload.records
+        counts: tuple[object, ...] = (
+            (
+                records.read,
+                records.acked,
+                records.filtered,
+                records.nacked,
+                records.dlq,
+                dict(records.written),
+            )
+            if records is not None
+            else ("?", "?", "?", "?", "?", {})  # the run left no counters
+        )
         self.log.info(
             "Pipeline %s run ended: %s (exit code %s, payload from %s) after %.1f s, %s batch(es); records "
             "read %s, acked %s, filtered %s, nacked %s, dlq %s, written %s",
             self.pipeline_id,
-            run.payload.get("status"),
+            payload.status,
             run.exit_code,
             run.payload_source,
             run.duration.total_seconds(),
-            run.payload.get("batches", "?"),
-            records.get("read", "?"),
-            records.get("acked", "?"),
-            records.get("filtered", "?"),
-            records.get("nacked", "?"),
-            records.get("dlq", "?"),
-            written,
+            "?" if payload.batches is None else payload.batches,
+            *counts,
         )
-        if run.payload.get("error"):
-            self.log.warning("Pipeline %s error: %s", self.pipeline_id, _describe(run.payload))
+        if payload.error is not None:
+            self.log.warning("Pipeline %s error: %s", self.pipeline_id, _describe(payload))
 
     def _finish(
         self,
         context: Context,
-        payload: Mapping[str, Any] | None,
+        payload: ExitPayload | None,
         runs: list[dict[str, Any]],
         *,
         outcome: str,
     ) -> dict[str, Any]:
         dlq = self._publish_dlq(context)
         restarts = max(0, len(runs) - 1)
-        result: dict[str, Any] = dict(payload or {"pipeline": self.pipeline_id, "status": "stopped"})
+        result: dict[str, Any]
+        if payload is not None:
+            result = payload.to_dict()
+            records = result["records"]
+        else:  # stopped while waiting to restart: no run to speak of
+            result, records = {"pipeline": self.pipeline_id, "status": Status.STOPPED.value}, {}
         result.update({"outcome": outcome, "runs": runs, "restarts": restarts, "dlq": dlq})
         ti = context.get("ti")
         if ti is not None and self.do_xcom_push:
-            ti.xcom_push(key="records", value=dict((payload or {}).get("records") or {}))
+            ti.xcom_push(key="records", value=records)
             ti.xcom_push(key="restarts", value=restarts)
             ti.xcom_push(key="dlq", value=dlq)
         if outcome == "cancelled":
@@ -471,19 +497,26 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:
+    payload = run.payload
     return {
         "exit_code": run.exit_code,
-        "status": run.payload.get("status"),
-        "error": run.payload.get("error"),
-        "records": run.records,
+        "status": payload["status"],
+        "error": payload["error"],
+        "records": payload["records"],
         "submitted_at": run.submitted_at.isoformat(),
         "seconds": round(run.duration.total_seconds(), 3),
     }
 
 
-def _describe(payload: Mapping[str, Any] | None) -> str:
-    error = (payload or {}).get("error") or {}
-    if not error:
-        return f"exit code {(payload or {}).get('exit_code')}"
-    where = f" at {error['node']}" if error.get("node") else ""
-    return f"{error.get('kind', '?')} {error.get('code', 'error')}{where}: {error.get('message', '')}"
+def _describe(payload: ExitPayload) -> str:
+    error = payload.error
+    if error is None:
+        return f"exit code {payload.exit_code}"
+    where = f" at {error.node}" if error.node else ""
+    return f"{error.kind} {error.code}{where}: {error.message}"
+
+
+# The operator carries the link itself (Airflow 3 resolves it in the worker); naming the operator on the
+# link lets the plugin listing show which operator it belongs to (set here: the plugin never imports the
+# operators, which import the link).
+ConduitPipelineLink.operators = [ConduitPipelineOperator]

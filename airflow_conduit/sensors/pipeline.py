@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_conduit.hooks.exceptions import PipelineDegradedError, PipelineTransientError
-from airflow_conduit.recovery.decision import format_time, parse_time
 from airflow_conduit.recovery.policy import format_duration, parse_duration
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import ExitPayload, PipelineState, Status, format_time, parse_time
 from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.status import PipelineStatusTrigger, check_pipeline
 
@@ -73,9 +72,9 @@ class ConduitPipelineSensor(BaseSensorOperator):
         return deferral_threshold_from_airflow_config()
 
     def _newer_than(self) -> datetime | None:
-        if self.newer_than in (None, ""):
+        if self.newer_than is None or self.newer_than == "":
             return None
-        return parse_time(self.newer_than)  # type: ignore[arg-type]
+        return parse_time(self.newer_than)
 
     def _check(self) -> dict[str, Any]:
 
@@ -126,18 +125,26 @@ class ConduitPipelineSensor(BaseSensorOperator):
         return self._finish(event)
 
     def _finish(self, result: dict[str, Any]) -> dict[str, Any]:
+        """Succeed, or raise, on a final result of :func:`check_pipeline` (or the trigger's event)."""
         status = result.get("status")
-        payload = result.get("payload") or {}
-        error = result.get("error") or payload.get("error") or {}
-        kwargs = {"pipeline_id": self.pipeline_id, "state_dir": self.state_dir, "payload": payload}
+        exit_json: dict[str, Any] = result.get("payload") or {}  # exit.json as written: the XCom value
+        payload = ExitPayload.from_dict(exit_json) if exit_json else None
+        error = result.get("error") or (
+            payload.error.to_dict() if payload is not None and payload.error is not None else {}
+        )
         message = f"{error.get('code', '')}: {error.get('message', '')}".strip(": ")
-        if status == "stopped":
+        if status == Status.STOPPED:
             self.log.info(
-                "Pipeline %s stopped gracefully; records %s", self.pipeline_id, payload.get("records")
+                "Pipeline %s stopped gracefully; records %s",
+                self.pipeline_id,
+                payload.to_dict()["records"] if payload is not None else None,
             )
-            return payload or result
-        if status == "degraded":
-            raise PipelineDegradedError(f"pipeline {self.pipeline_id} is degraded: {message}", **kwargs)
-        raise PipelineTransientError(
-            f"pipeline {self.pipeline_id} failed with a transient error: {message}", **kwargs
+            return exit_json or result
+        cls = PipelineDegradedError if status == Status.DEGRADED else PipelineTransientError
+        what = "is degraded" if cls is PipelineDegradedError else "failed with a transient error"
+        raise cls(
+            f"pipeline {self.pipeline_id} {what}: {message}",
+            pipeline_id=self.pipeline_id,
+            state_dir=self.state_dir,
+            payload=exit_json,
         )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from airflow_conduit.recovery.decision import format_time, parse_time
+from airflow_conduit.state import format_time, parse_time
 
 
 def not_before(threshold: timedelta) -> str:

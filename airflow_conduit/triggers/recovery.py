@@ -9,8 +9,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_conduit.recovery.decision import format_time, parse_time
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import PipelineState, format_time, parse_time
 from airflow_conduit.triggers.hand_over import wait_for_hand_over
 
 

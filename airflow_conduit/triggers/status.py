@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from airflow_conduit.recovery.decision import format_time, parse_time
-from airflow_conduit.recovery.runner import classify
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import ExitPayload, PipelineState, Status, format_time, parse_time
 from airflow_conduit.triggers.hand_over import wait_for_hand_over
 
-TERMINAL = ("stopped", "degraded", "failed")
+TERMINAL = tuple(status for status in Status if status.terminal)
 
 
 def _time(value: Any) -> datetime | None:
@@ -49,15 +47,18 @@ def check_pipeline(
     """
     now = now or datetime.now(UTC)
     status = state.read_status()
-    payload = state.read_exit_payload()
+    exit_json = state.read_exit_payload()  # the event carries it as written
+    payload = ExitPayload.from_dict(exit_json) if isinstance(exit_json, Mapping) else None
     updated = _time((status or {}).get("updated_at"))
     if status is None and payload is not None:
         # Only an exit payload: take its outcome.
-        ended = _time(payload.get("ended_at"))
+        ended = _time(payload.ended_at)
         if newer_than is None or (ended is not None and ended >= newer_than):
-            outcome = classify(payload)
-            name = {"stopped": "stopped", "fatal": "degraded", "transient": "failed"}[outcome]
-            status = {"status": name, "updated_at": payload.get("ended_at"), "error": payload.get("error")}
+            status = {
+                "status": Status.of_kind(payload.kind).value,
+                "updated_at": payload.ended_at,
+                "error": payload.error.to_dict() if payload.error is not None else None,
+            }
             updated = ended
     result: dict[str, Any] = {
         "pipeline_id": state.pipeline_id,
@@ -76,15 +77,15 @@ def check_pipeline(
     result["status"] = name
     result["error"] = status.get("error")
     if payload is not None:
-        ended = _time(payload.get("ended_at"))
+        ended = _time(payload.ended_at)
         if newer_than is None or ended is None or ended >= newer_than:
-            result["payload"] = payload
-    if name == "recovering":
+            result["payload"] = exit_json
+    if name == Status.RECOVERING:
         result["attempt"] = status.get("attempt")
         result["next_start_at"] = status.get("next_start_at")
-    if name in ("stopped", "degraded"):
+    if name in (Status.STOPPED, Status.DEGRADED):
         result["terminal"] = True
-    elif name == "failed":
+    elif name == Status.FAILED:
         age = (now - updated).total_seconds() if updated else failed_grace
         result["terminal"] = age >= failed_grace
     return result

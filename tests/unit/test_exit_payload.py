@@ -211,8 +211,6 @@ def test_from_dict_tolerates_what_readers_tolerated():
     no_code = ExitPayload.from_dict({"error": FATAL})
     assert no_code.exit_code == EXIT_FATAL and no_code.status is Status.DEGRADED
 
-    no_code_config = ExitPayload.from_dict({"error": {**FATAL, "code": Code.INVALID_CONFIG}})
-    assert no_code_config.exit_code == EXIT_CONFIG
     assert ExitPayload.from_dict({"status": "failed"}).exit_code == EXIT_TRANSIENT
     assert ExitPayload.from_dict({"status": "stopped"}).exit_code == EXIT_STOPPED
     assert ExitPayload.from_dict({"status": "weird", "exit_code": 1}).status is Status.DEGRADED
@@ -266,3 +264,20 @@ def test_one_timestamp_format():
     assert format_time(moment.astimezone(timezone(timedelta(hours=2)))) == "2026-01-02T03:04:05.006000Z"
     assert parse_time(format_time(moment)) == moment
     assert parse_time(utc_now()).tzinfo is not None
+
+
+def test_failure_builds_the_three_hand_built_failure_payloads():
+    """The invalid plan and the refused run (engine), the job without a payload (hook), the vanished
+    engine (operator): one constructor, the JSON they had."""
+    times = {"started_at": "2026-01-01T00:00:00.000000Z", "ended_at": "2026-01-01T00:00:00.000000Z"}
+    refused = PipelineError("transient", Code.PIPELINE_LOCKED, "p is running")
+    got = ExitPayload.failure("orders", refused, records=RunRecords(), batches=0, **times)
+    assert got.to_dict() == REFUSED
+
+    times = {"started_at": HOOK_STOPPED["started_at"], "ended_at": HOOK_STOPPED["ended_at"]}
+    lost = PipelineError("transient", Code.SPARK_FAILED, "exited with 137")
+    assert ExitPayload.failure("orders", lost, **times).to_dict() == LOST_ENGINE
+    assert ExitPayload.failure("orders", lost, spark_submit_returncode=137, **times).to_dict() == HOOK_FAILED
+    config = PipelineError("fatal", Code.INVALID_CONFIG, "exited with 2")
+    got = ExitPayload.failure("orders", config, exit_code=EXIT_CONFIG, spark_submit_returncode=2, **times)
+    assert got.to_dict() == HOOK_CONFIG
