@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.definitions.retry_policy import RetryDecision, RetryPolicy
 
+from airflow_conduit.errors import PipelineError
 from airflow_conduit.recovery.decision import CANNOT_RECOVER
 from airflow_conduit.recovery.history import PipelineRecovery
 from airflow_conduit.recovery.policy import RecoveryPolicy
@@ -62,16 +63,9 @@ class ConduitRetryPolicy(RetryPolicy):
         recovery = PipelineRecovery(state, policy, log=log)
         if try_number > max_tries:
             # Airflow has no retry left whatever we say: the pipeline is degraded.
-            recovery.on_fatal(
-                {
-                    "error": {
-                        "kind": "fatal",
-                        "code": CANNOT_RECOVER,
-                        "message": f"the task has no retries left (retries={max_tries}); raise `retries`",
-                        "node": exception.error.get("node"),
-                    }
-                }
-            )
+            message = f"the task has no retries left (retries={max_tries}); raise `retries`"
+            error = PipelineError("fatal", CANNOT_RECOVER, message, exception.error.get("node"))
+            recovery.on_fatal({"error": error.to_dict()})
             return RetryDecision.fail(reason="no Airflow retries left")
         decision = recovery.on_failure(exception.payload)
         if not decision.restart:
