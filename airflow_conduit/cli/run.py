@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_conduit.cli._common import fail, load_pipeline_file, setup_logging
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_FATAL, EXIT_STOPPED, EXIT_TRANSIENT
-from airflow_conduit.state import DEFAULT_STATE_DIR
+from airflow_conduit.state import DEFAULT_STATE_DIR, ExitPayload
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -105,9 +105,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     payloads = run_pipelines(request, install_signal_handlers=_install_signal_handlers)
     for payload in payloads:
-        print_summary(payload)
+        print_summary(ExitPayload.from_dict(payload))
     for payload in payloads:
-        print(json.dumps(payload), flush=True)
+        print(json.dumps(payload), flush=True)  # as written to exit.json
     return worst_exit_code(p["exit_code"] for p in payloads)
 
 
@@ -131,28 +131,32 @@ def _install_signal_handlers(on_stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGINT, handle)
 
 
-def print_summary(payload: dict[str, Any]) -> None:
+def print_summary(payload: ExitPayload) -> None:
     """The end-of-run table on stderr: the records' fates, per destination, and the error if any."""
     from rich.console import Console
     from rich.table import Table
 
     # emoji=False: node ids such as "orders:ledger:" are not emoji codes.
     console = Console(stderr=True, highlight=False, emoji=False)
-    records = payload["records"]
-    table = Table(title=f"pipeline {payload['pipeline']}: {payload['status']} (exit {payload['exit_code']})")
+    records = payload.counters
+    table = Table(title=f"pipeline {payload.pipeline}: {payload.status} (exit {payload.exit_code})")
     table.add_column("records")
     table.add_column("count", justify="right")
-    for name in ("read", "acked", "filtered", "nacked", "dlq"):
-        table.add_row(name, str(records[name]))
-    for destination, count in records["written"].items():
-        table.add_row(f"written to {destination}", str(count))
-    table.add_row("batches", str(payload["batches"]))
-    table.add_row("seconds", f"{payload.get('duration_seconds', 0):.1f}")
+    for name, count in (
+        ("read", records.read),
+        ("acked", records.acked),
+        ("filtered", records.filtered),
+        ("nacked", records.nacked),
+        ("dlq", records.dlq),
+    ):
+        table.add_row(name, str(count))
+    for destination, written in records.written.items():
+        table.add_row(f"written to {destination}", str(written))
+    table.add_row("batches", str(payload.batches or 0))
+    table.add_row("seconds", f"{payload.duration_seconds or 0:.1f}")
     console.print(table)
-    if payload["error"]:
-        error = payload["error"]
-        console.print(
-            f"[bold]{error['kind']} error[/] {error['code']} at {error['node']}: {error['message']}"
-        )
-    if records["dlq"]:
-        console.print(f"DLQ records: {payload['dlq']['path']}  (airflow-conduit dlq {payload['pipeline']})")
+    if payload.error is not None:
+        error = payload.error
+        console.print(f"[bold]{error.kind} error[/] {error.code} at {error.node}: {error.message}")
+    if records.dlq and payload.dlq:
+        console.print(f"DLQ records: {payload.dlq['path']}  (airflow-conduit dlq {payload.pipeline})")

@@ -9,7 +9,7 @@ from typing import Any
 from airflow_conduit.cli._common import fail
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.run_lock import LockHolder, current_holder
-from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState, list_pipelines
+from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState, Status, list_pipelines
 
 
 def add_commands(commands: Any) -> None:
@@ -36,14 +36,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     report = []
     for state in states:
         status = state.read_status() or {}
-        exit_payload = state.read_exit_payload() or {}
+        last_run = state.read_exit()
+        # status.json is the newer word; exit.json speaks for a pipeline that never wrote one.
+        last_records = None if last_run is None else last_run.to_dict()["records"]
         holder = current_holder(state.root)
         report.append(
             {
                 "pipeline": state.pipeline_id,
-                "status": status.get("status", exit_payload.get("status", "unknown")),
+                "status": status.get("status", last_run.status if last_run is not None else "unknown"),
                 "updated_at": status.get("updated_at"),
-                "counters": status.get("counters") or exit_payload.get("records"),
+                "counters": status.get("counters") or last_records,
                 "error": status.get("error"),
                 "recovery": status.get("recovery"),
                 "attempt": status.get("attempt"),
@@ -68,7 +70,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         counters = entry["counters"] or {}
         error = entry["error"] or {}
         status_text = entry["status"]
-        if status_text == "recovering" and entry["next_start_at"]:
+        if status_text == Status.RECOVERING and entry["next_start_at"]:
             status_text += f" (attempt {entry['attempt']}, next start {entry['next_start_at']})"
         table.add_row(
             entry["pipeline"],
@@ -86,7 +88,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             console.print(
                 f"{entry['pipeline']}: run by {LockHolder(**entry['engine']).describe()}", soft_wrap=True
             )
-        elif entry["status"] == "running":
+        elif entry["status"] == Status.RUNNING:
             console.print(
                 f"{entry['pipeline']}: says running, but no engine holds its lock: the last run was killed "
                 "before it could write how it ended",
