@@ -21,6 +21,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
 from __future__ import annotations
 
 import base64
+import getpass
 import json
 import os
 from collections.abc import Mapping
@@ -60,6 +61,15 @@ def parse_time(value: str | datetime) -> datetime:
         text = text[:-1] + "+00:00"
     parsed = datetime.fromisoformat(text)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def current_user() -> str:
+    """Who runs this process, for the audit log (``ack``, ``replay``); empty when the system cannot say
+    (a container's uid without a passwd entry)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 def utc_now() -> str:

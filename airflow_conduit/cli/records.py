@@ -7,14 +7,13 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
-import getpass
 import json
 import sys
 from typing import Any
 
 from airflow_conduit.cli._common import fail, load_pipeline_file, setup_logging
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED
-from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState
+from airflow_conduit.state import DEFAULT_STATE_DIR, PipelineState, current_user
 
 INSPECT_HELP = """\
 Show the records of a micro-batch (or of a range of batches) as the sources read them, before any
@@ -203,11 +202,7 @@ def cmd_ack(args: argparse.Namespace) -> int:
         position = position_bytes(args.position, args.base64)
     except (binascii.Error, ValueError):
         return fail(f"{args.position!r} is not base64; drop --base64 to give the position as text")
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = ""
-    entry = state.ack(position, reason=args.reason, user=user, source=args.source)
+    entry = state.ack(position, reason=args.reason, user=current_user(), source=args.source)
     where = f" of source {args.source}" if args.source else ""
     print(
         f"acked position {entry['position_text']}{where} of {args.pipeline}: the next run skips that record "

@@ -45,12 +45,12 @@ from pyspark.sql.streaming.listener import (
 from airflow_conduit import dlq_tools
 from airflow_conduit.config.model import PipelineConfig
 from airflow_conduit.files import write_atomic
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import PipelineState, Status
 
 logger = logging.getLogger("airflow_conduit.engine")
 
 METRICS_FILE = "metrics.prom"
-STATUSES = ("running", "recovering", "degraded", "stopped", "failed")
+STATUSES = tuple(str(status) for status in Status)
 RECORD_STATES = ("read", "acked", "filtered", "nacked", "dlq")
 
 # Conduit's buckets for bytes (1 KiB to 2 MiB); durations start where a micro-batch starts (its fixed

@@ -17,7 +17,6 @@ DLQ and are queued again by the next ``replay`` (after the cause was fixed).
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, read_dlq
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.record import position_text
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import PipelineState, current_user
 
 SOURCE_ID = "replay-dlq"
 UNWRAP_ID = "replay-unwrap"
@@ -260,7 +259,7 @@ def replay_dlq(
     )
     state.audit(
         "replayed",
-        user=_user(),
+        user=current_user(),
         **{k: summary[k] for k in ("replayed", "delivered", "filtered", "failed_again", "remaining")},
         error=summary["error"],
     )
@@ -273,10 +272,3 @@ def _record_replayed(paths: ReplayPaths, entries: list[str]) -> None:
     paths.root.mkdir(parents=True, exist_ok=True)
     with paths.replayed_file.open("a", encoding="utf-8") as fh:
         fh.write("".join(json.dumps({"entry": e}) + "\n" for e in entries))
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return ""
