@@ -229,7 +229,7 @@ class PipelineMetrics:
         self._listener: StreamingQueryListener | None = None
         self._run_id: str | None = None
         # The series the file shows from the start, in the (sorted) order the file always had.
-        self._set_status("running")
+        self._set_status(Status.RUNNING)
         for record_state in sorted(RECORD_STATES):
             self._m.records.labels(pid, record_state)
         self._m.dlq_records.labels(pid, self._dlq_plugin)
