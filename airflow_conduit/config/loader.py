@@ -19,8 +19,8 @@ from .errors import ConfigError, ConfigIssue
 from .fieldref import condition_to_sql
 from .model import ConnectorConfig, DLQConfig, PipelineConfig, PipelineFile, ProcessorConfig
 from .registry import plugin_names, plugin_spec
-from .settings import check_python_function
-from .spec import PluginKind, PluginSpec, validate_settings
+from .settings import CustomPythonSettings, check_python_function
+from .spec import PluginKind, PluginSettings, PluginSpec, validate_settings
 
 KNOWN_VERSIONS = ("1.0", "1.1", "2.0", "2.1", "2.2")
 DEFAULT_DLQ_PLUGIN = "builtin:log"
@@ -29,6 +29,7 @@ DEFAULT_DLQ_LOG_SETTINGS = {"level": "warn", "message": "record delivery failed"
 _PIPELINE_FIELDS = ("id", "status", "name", "description", "connectors", "processors", "dead-letter-queue")
 _CONNECTOR_FIELDS = ("id", "type", "plugin", "name", "settings", "processors")
 _PROCESSOR_FIELDS = ("id", "plugin", "type", "condition", "settings", "workers")
+_CONNECTOR_KINDS: dict[str, PluginKind] = {"source": "source", "destination": "destination"}
 _DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
 # Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -38,7 +39,7 @@ _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # --- YAML with line numbers ----------------------------------------------------------------------------
 
 
-class _LineMap(dict):  # type: ignore[type-arg]
+class _LineMap(dict[Any, Any]):
     """A YAML mapping that knows its own line and the line of each key (1-based)."""
 
     line: int
@@ -49,7 +50,7 @@ class _LineMap(dict):  # type: ignore[type-arg]
         return self.key_lines.get(key, self.line)
 
 
-class _LineList(list):  # type: ignore[type-arg]
+class _LineList(list[Any]):
     line: int
     item_lines: list[int]
 
@@ -276,7 +277,7 @@ class _Validator:
 
     def settings(
         self, spec: PluginSpec, raw: tuple[dict[str, str], dict[str, int], str, int]
-    ) -> dict[str, Any] | None:
+    ) -> PluginSettings | None:
         flat, lines, settings_path, settings_line = raw
         validated, problems = validate_settings(spec, flat, self.base_dir)
         for key, message in problems:
@@ -354,7 +355,8 @@ class _Validator:
     ) -> ConnectorConfig:
         self.check_fields(node, path, _CONNECTOR_FIELDS)
         connector_type = self.get_str(node, "type", path, required=True) or ""
-        type_ok = connector_type in ("source", "destination")
+        kind = _CONNECTOR_KINDS.get(connector_type)
+        type_ok = kind is not None
         if connector_type and not type_ok:
             self.issue(
                 _join(path, "type"),
@@ -362,7 +364,7 @@ class _Validator:
                 f"type must be source or destination; got {connector_type!r}",
             )
         plugin = _normalise_plugin(self.get_str(node, "plugin", path, required=True) or "")
-        spec = self.plugin(plugin, connector_type if type_ok else None, ("source", "destination"), node, path)
+        spec = self.plugin(plugin, kind, ("source", "destination"), node, path)
         raw = self.raw_settings(node, path)
         settings = self.settings(spec, raw) if spec else None
         self.check_function(plugin, settings, raw)
@@ -372,7 +374,7 @@ class _Validator:
             id=connector_id,
             type=connector_type,  # type: ignore[arg-type]
             plugin=plugin,
-            settings=settings or {},
+            settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             name=self.get_str(node, "name", path) or connector_id,
             processors=processors,
             field_path=path,
@@ -417,27 +419,27 @@ class _Validator:
             out.append(self.processor(p_node, p_path, p_line, processor_id, f"{parent_id}:{processor_id}"))
         return tuple(out)
 
-    def check_function(self, plugin: str, settings: dict[str, Any] | None, raw: Any) -> None:
+    def check_function(self, plugin: str, settings: PluginSettings | None, raw: Any) -> None:
         """``custom.python`` (processor or destination): the function must import as the engine will."""
-        if settings is None or plugin != "custom.python":
+        if plugin != "custom.python" or not isinstance(settings, CustomPythonSettings):
             return
         _flat, lines, settings_path, settings_line = raw
         where, line = _join(settings_path, "function"), lines.get("function", settings_line)
         # A process imports a module once: the same name from two paths would run the first one's code.
-        module = settings["function"].partition(":")[0].split(".")[0]
-        first_path, first_where = self.python_modules.setdefault(module, (settings["path"], where))
-        if first_path != settings["path"]:
+        module = settings.function.partition(":")[0].split(".")[0]
+        first_path, first_where = self.python_modules.setdefault(module, (settings.path, where))
+        if first_path != settings.path:
             self.issue(
                 where,
                 line,
-                f"module {module!r} comes from {settings['path'] or 'the import path'} here but from "
+                f"module {module!r} comes from {settings.path or 'the import path'} here but from "
                 f"{first_path or 'the import path'} at {first_where}: one Python process imports a "
                 "module once, so both would run the first one; rename one of the modules",
             )
             return
-        problem = check_python_function(settings["function"], settings["path"])
+        problem = check_python_function(settings.function, settings.path)
         if problem:
-            self.issue(where, line, f"cannot import {settings['function']!r}: {problem}")
+            self.issue(where, line, f"cannot import {settings.function!r}: {problem}")
 
     def processor(
         self, node: _LineMap, path: str, line: int, processor_id: str, node_id: str
@@ -460,7 +462,7 @@ class _Validator:
         return ProcessorConfig(
             id=processor_id,
             plugin=plugin,
-            settings=settings or {},
+            settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             condition=condition,
             condition_source=source if condition else None,
             workers=self.get_int(node, "workers", path, default=1, minimum=1),
@@ -496,7 +498,7 @@ class _Validator:
             )
         return DLQConfig(
             plugin=plugin,
-            settings=settings or {},
+            settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             window_size=size,
             window_nack_threshold=threshold,
             field_path=path,

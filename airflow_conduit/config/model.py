@@ -1,4 +1,4 @@
-"""The validated pipeline file model: frozen dataclasses, built only by :mod:`.loader`.
+"""The validated pipeline file model: frozen dataclasses, built by :mod:`.loader`.
 
 Every node keeps ``field_path`` (``pipelines[0].connectors[1]``) and ``line`` so that the engine can
 point at the file when something fails at run time too.
@@ -6,23 +6,33 @@ point at the file when something fails at run time too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from .registry import spec_of
-from .spec import PluginSpec
+from .settings import LogDestinationSettings
+from .spec import PluginSettings, PluginSpec
 
 ConnectorType = Literal["source", "destination"]
+S = TypeVar("S", bound=PluginSettings)
+"""The plugin's settings model: ``ProcessorConfig[FieldSetSettings]`` is what ``field.set`` gets."""
+
+
+def _validated(settings: Any, spec: Callable[[], PluginSpec]) -> Any:
+    """Settings given as Conduit's key -> value map, by a pipeline built in code (the DLQ replay's), are
+    validated into the plugin's model, as the loader validates a file's; a model is kept as it is."""
+    if isinstance(settings, Mapping):
+        return spec().settings_model.model_validate(dict(settings))
+    return settings
 
 
 @dataclass(frozen=True)
-class ProcessorConfig:
+class ProcessorConfig(Generic[S]):
     id: str
     plugin: str
-    settings: Mapping[str, Any]
-    """The plugin's settings after validation (the plugin's pydantic model, dumped to a dict by alias
-    name, defaults filled in)."""
+    settings: S
+    """The plugin's settings, validated: its settings model (defaults filled in), read typed."""
     condition: str | None = None
     """The condition translated to Spark SQL (field references replaced), or ``None``."""
     condition_source: str | None = None
@@ -33,6 +43,9 @@ class ProcessorConfig:
     node_id: str = ""
     """Conduit's node id: ``pipeline:processor`` or ``pipeline:connector:processor``."""
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", _validated(self.settings, lambda: self.spec))
+
     @property
     def spec(self) -> PluginSpec:
         """The plugin's spec (registered: the loader accepts no other plugin)."""
@@ -40,17 +53,21 @@ class ProcessorConfig:
 
 
 @dataclass(frozen=True)
-class ConnectorConfig:
+class ConnectorConfig(Generic[S]):
     id: str
     type: ConnectorType
     plugin: str
-    settings: Mapping[str, Any]
+    settings: S
+    """The plugin's settings, validated: its settings model (defaults filled in), read typed."""
     name: str = ""
     processors: tuple[ProcessorConfig, ...] = ()
     field_path: str = ""
     line: int | None = None
     node_id: str = ""
     """Conduit's node id: ``pipeline:connector``."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "settings", _validated(self.settings, lambda: self.spec))
 
     @property
     def spec(self) -> PluginSpec:
@@ -61,14 +78,19 @@ class ConnectorConfig:
 @dataclass(frozen=True)
 class DLQConfig:
     plugin: str = "builtin:log"
-    settings: Mapping[str, Any] = field(
-        default_factory=lambda: {"level": "warn", "message": "record delivery failed"}
+    settings: PluginSettings = field(
+        default_factory=lambda: LogDestinationSettings(level="warn", message="record delivery failed")
     )
+    """The DLQ plugin's settings, validated (Conduit's default: a warning in the log)."""
     window_size: int = 1
     window_nack_threshold: int = 0
     field_path: str = ""
     line: int | None = None
     """The line of ``dead-letter-queue`` in the file, ``None`` when it was not given (all defaults)."""
+
+    def __post_init__(self) -> None:
+        spec = lambda: spec_of(self.plugin, "destination")  # noqa: E731
+        object.__setattr__(self, "settings", _validated(self.settings, spec))
 
 
 @dataclass(frozen=True)

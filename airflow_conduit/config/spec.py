@@ -120,10 +120,10 @@ def _issue_message(error: Mapping[str, Any], spec: PluginSpec, key: str) -> str:
 
 def validate_settings(
     spec: PluginSpec, raw: Mapping[str, str], base_dir: str | Path | None = None
-) -> tuple[dict[str, Any] | None, list[tuple[str, str]]]:
+) -> tuple[PluginSettings | None, list[tuple[str, str]]]:
     """Validate ``raw`` settings for ``spec``.
 
-    Returns ``(settings, [])`` with the dumped settings (Conduit key names, defaults filled), or ``(None, issues)`` where
+    Returns ``(settings, [])`` with the validated model (defaults filled), or ``(None, issues)`` where
     each issue is ``(setting key as the user wrote it or "", message)``.
     """
     try:
@@ -134,4 +134,4 @@ def validate_settings(
             key = ".".join(str(part) for part in item["loc"])
             issues.append((key, _issue_message(item, spec, key)))
         return None, issues
-    return model.model_dump(by_alias=True), []
+    return model, []

@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
+from airflow_conduit.config.settings import DestinationSettings
 from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of, plugins
 from airflow_conduit.engine.counters import RunCounters
@@ -448,7 +449,9 @@ class BatchProcessor:
         """The records a destination gets: open ones whose collection matches its ``namespace`` regex,
         after the destination's own processors."""
         frame = records.filter(F.col("_state") == STATE_OPEN)
-        namespace = str(destination.settings.get("namespace") or ".*")
+        settings = destination.settings
+        # Every destination's settings take a namespace (registry test); the DLQ is not asked.
+        namespace = settings.namespace if isinstance(settings, DestinationSettings) else ".*"
         if namespace != ".*":
             collection = F.coalesce(F.col("metadata")[META_COLLECTION], F.lit(""))
             frame = frame.filter(collection.rlike(namespace))
@@ -591,7 +594,7 @@ class BatchProcessor:
         staged: list[Staged] = []
         if not jsonl_files.delivered(self.state.dlq_dir, delivery):
             staged.append(jsonl_files.stage_jsonl(wrapped.drop("_seq"), self.state.dlq_dir, delivery))
-        plugin, settings = self.pipeline.dlq.plugin, dict(self.pipeline.dlq.settings)
+        plugin, settings = self.pipeline.dlq.plugin, self.pipeline.dlq.settings
         with self._as_destination(f"{self.pipeline.id}:dlq", Code.DLQ_WRITE_FAILED):
             if not plugins.delivered(plugin, settings, delivery):
                 staged.append(plugins.stage(plugin, wrapped, settings, delivery))

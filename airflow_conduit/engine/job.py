@@ -145,7 +145,8 @@ class PipelineRun:
         assert self.query is not None, "start() first"
         query = self.query
         try:
-            while not query.awaitTermination(poll_seconds):
+            # PySpark annotates the timeout as int but takes float seconds (it sends int(timeout * 1000)).
+            while not query.awaitTermination(poll_seconds):  # type: ignore[arg-type]
                 if self._stop_asked_at is None and self.state.stop_requested:
                     self.request_stop()  # asked through the state dir, e.g. by `airflow-conduit stop`
                 if self._stop_asked_at is not None:
@@ -242,8 +243,9 @@ def classify_failure(failure: Exception) -> PipelineError:
     # the text of Python's traceback: its last line says which it was.
     raised = list(re.finditer(r"airflow_conduit\.errors\.(FatalError|TransientError): ([^\n]*)", text))
     if raised:
-        kind = "fatal" if raised[-1].group(1) == "FatalError" else "transient"
-        return PipelineError(kind, code, raised[-1].group(2).strip()[:MESSAGE_LIMIT], None)
+        fatal = raised[-1].group(1) == "FatalError"
+        message = raised[-1].group(2).strip()[:MESSAGE_LIMIT]
+        return PipelineError("fatal" if fatal else "transient", code, message, None)
     return PipelineError("transient", code, failure_message(text) or type(failure).__name__, None)
 
 

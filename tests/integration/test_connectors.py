@@ -24,7 +24,7 @@ from tests.conftest import REPO, read_jsonl, text
 
 
 def spec_of(settings: dict[str, Any]) -> GeneratorSpec:
-    return GeneratorSpec.from_settings(GeneratorSettings.model_validate(settings).model_dump(by_alias=True))
+    return GeneratorSpec.from_settings(GeneratorSettings.model_validate(settings))
 
 
 def gen(settings: dict[str, Any]) -> str:

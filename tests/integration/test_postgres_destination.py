@@ -11,9 +11,12 @@ from typing import Any
 import pytest
 from pgcluster import APP_PASSWORD, APP_USER
 
+from airflow_conduit.config.settings import PostgresDestinationSettings
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.postgres import destination, staging
 from airflow_conduit.errors import FatalError, TransientError
+
+pg_settings = PostgresDestinationSettings.model_validate  # validated, as the engine gets them
 
 pytestmark = pytest.mark.spark
 
@@ -119,7 +122,9 @@ def test_column_types_from_json(spark, pg, db, with_array, caplog):
         del after["tags"]
     with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
         staged = write(
-            spark, [record(after=after), record(after={"id": 2, "doc": None})], {"url": db, "table": "typed"}
+            spark,
+            [record(after=after), record(after={"id": 2, "doc": None})],
+            pg_settings({"url": db, "table": "typed"}),
         )
     assert (destination.APPLIED if with_array else destination.COPIED) in caplog.text
     assert staged.nacks == []
@@ -154,7 +159,7 @@ def test_text_values_arrive_exactly(spark, pg, db):
     records = [
         record(after={"id": i, "t": text, "f": 1e20 if i == 0 else i / 3}) for i, text in enumerate(texts)
     ]
-    staged = write(spark, records, {"url": db, "table": "notes"})
+    staged = write(spark, records, pg_settings({"url": db, "table": "notes"}))
     assert staged.nacks == []
     got = rows(pg, db, "SELECT t, f FROM notes ORDER BY id")
     # Every string exactly as sent; the number and the object as their JSON text.
@@ -167,7 +172,7 @@ def test_insert_without_key_in_source_order(spark, pg, db, caplog):
     rows(pg, db, f"ALTER TABLE items OWNER TO {APP_USER}")
     records = [record(after={"name": f"n{i}", "qty": i}) for i in range(7)]
     with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
-        staged = write(spark, records, {"url": db, "table": "items"})
+        staged = write(spark, records, pg_settings({"url": db, "table": "items"}))
     # The destination logs where it wrote, never the password.
     assert "conduit:***@127.0.0.1" in caplog.text and "7 rows affected" in caplog.text
     assert destination.COPIED in caplog.text
@@ -193,7 +198,7 @@ def test_insert_copy_gives_way_when_partitions_come_out_of_source_order(spark, p
     )
     records = [record(after={"name": f"n{i}"}) for i in range(40)]
     with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
-        staged = write(spark, records, {"url": db, "table": "items"}, scattered=True)
+        staged = write(spark, records, pg_settings({"url": db, "table": "items"}), scattered=True)
     assert destination.COPIED in caplog.text and "40 rows affected" in caplog.text
     assert staged.nacks == []
     assert rows(pg, db, "SELECT name FROM items ORDER BY id") == [(f"n{i}",) for i in range(40)]
@@ -212,7 +217,7 @@ def test_insert_copy_gives_way_when_a_later_partition_sets_another_column(spark,
     records = [record(after={"name": f"n{i}"}) for i in range(30)]
     records[25] = record(after={"name": "n25", "qty": 25})  # in the last of the three partitions
     with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
-        staged = write(spark, records, {"url": db, "table": "items"})
+        staged = write(spark, records, pg_settings({"url": db, "table": "items"}))
     assert destination.COPIED in caplog.text and "30 rows affected" in caplog.text
     assert staged.nacks == []
     got = rows(pg, db, "SELECT name, qty, note FROM items ORDER BY id")
@@ -228,7 +233,9 @@ def test_a_field_set_to_null_writes_null_not_the_default(spark, pg, db):
         f"ALTER TABLE n OWNER TO {APP_USER}",
     )
     staged = write(
-        spark, [record(after={"note": None, "qty": 1}), record(after={"qty": 2})], {"url": db, "table": "n"}
+        spark,
+        [record(after={"note": None, "qty": 1}), record(after={"qty": 2})],
+        pg_settings({"url": db, "table": "n"}),
     )
     assert staged.nacks == []
     assert rows(pg, db, "SELECT note, qty, tag FROM n ORDER BY id") == [(None, 1, "d2"), (None, 2, "d2")]
@@ -241,7 +248,7 @@ def test_upsert_and_delete_by_key_last_operation_wins(spark, pg, db, caplog):
         f"CREATE TABLE users (id int PRIMARY KEY, name text, age int); ALTER TABLE users OWNER TO {APP_USER}",
     )
     rows(pg, db, "INSERT INTO users VALUES (1, 'old1', 10), (2, 'old2', 20), (3, 'old3', 30)")
-    settings = {"url": db, "table": "users", "key": "id"}
+    settings = pg_settings({"url": db, "table": "users", "key": "id"})
     records = [
         record("update", {"id": 1, "name": "new1", "age": 11}),  # existing row updated
         record("delete", key={"id": 2}),  # existing row deleted by .Key
@@ -280,7 +287,7 @@ def test_upserts_of_new_keys_are_copied_until_a_key_exists(spark, pg, db, caplog
         db,
         f"CREATE TABLE kv (k text PRIMARY KEY, v int, note text DEFAULT 'd'); ALTER TABLE kv OWNER TO {APP_USER}",
     )
-    settings = {"url": db, "table": "kv", "key": "k"}
+    settings = pg_settings({"url": db, "table": "kv", "key": "k"})
     first = [record("snapshot", {"k": f"k{i}", "v": i}) for i in range(20)]
     first[7] = record("create", {"v": 7}, key={"k": "k7"})  # the key from .Key only
     second = [record("update", {"k": f"k{i}", "v": 100 + i}) for i in range(15, 25)]  # k15..k19 exist
@@ -317,7 +324,7 @@ def test_table_from_collection_several_tables_in_one_batch(spark, pg, db):
         record(after={"id": 4, "total": 40}, collection=None),  # nowhere to go: nacked
         record(after={"id": 5, "nope": 50}, collection="refunds"),  # no such column: nacked
     ]
-    staged = write(spark, records, {"url": db, "key": "id"})
+    staged = write(spark, records, pg_settings({"url": db, "key": "id"}))
     assert rows(pg, db, "SELECT id, total FROM orders ORDER BY id") == [(1, 10), (3, 30)]
     assert rows(pg, db, "SELECT id, total FROM refunds ORDER BY id") == [(2, 20)]
     assert [seq for seq, _ in staged.nacks] == [30, 40]
@@ -327,7 +334,7 @@ def test_table_from_collection_several_tables_in_one_batch(spark, pg, db):
 
 def test_replayed_delivery_is_skipped(spark, pg, db):
     rows(pg, db, f"CREATE TABLE log (id serial PRIMARY KEY, msg text); ALTER TABLE log OWNER TO {APP_USER}")
-    settings = {"url": db, "table": "log"}
+    settings = pg_settings({"url": db, "table": "log"})
     records = [record(after={"msg": f"m{i}"}) for i in range(5)]
     assert not destination.delivered(settings, delivery("h1"))  # no marker table yet
     write(spark, records, settings, delivery("h1"))
@@ -348,7 +355,7 @@ def test_replayed_delivery_is_skipped(spark, pg, db):
 def test_discard_leaves_nothing(spark, pg, db):
     rows(pg, db, f"CREATE TABLE t (id int PRIMARY KEY, v text); ALTER TABLE t OWNER TO {APP_USER}")
     rows(pg, db, "INSERT INTO t VALUES (1, 'keep')")
-    settings = {"url": db, "table": "t", "key": "id"}
+    settings = pg_settings({"url": db, "table": "t", "key": "id"})
     records = [record("update", {"id": 1, "v": "changed"}), record("create", {"id": 2, "v": "new"})]
     write(spark, records, settings, delivery("h9"), publish=False)
     assert rows(pg, db, "SELECT id, v FROM t ORDER BY id") == [(1, "keep")]
@@ -367,7 +374,7 @@ def test_poison_records_are_nacked_and_the_rest_delivered(spark, pg, db, key, ca
         "CREATE TABLE pay (id int PRIMARY KEY, amount int NOT NULL CHECK (amount >= 0), code varchar(3)); "
         f"ALTER TABLE pay OWNER TO {APP_USER}",
     )
-    settings = {"url": db, "table": "pay", "key": key}
+    settings = pg_settings({"url": db, "table": "pay", "key": key})
     records = [record(after={"id": i, "amount": i * 10, "code": "ok"}) for i in range(40)]  # seq = 10 * index
     records[3] = record(after={"id": 3, "amount": -5, "code": "ok"})  # CHECK violation
     records[17] = record(after={"id": 17, "amount": None, "code": "ok"})  # NOT NULL violation
@@ -401,7 +408,7 @@ def test_the_search_for_refused_records_stops_past_the_nack_limit(spark, pg, db,
     records = [record(after={"id": i, "amount": -1 if i in poison else i}) for i in range(40)]
     dlv = Delivery("p", "out", 0, "gen", "hl", nack_limit=nack_limit)
     with caplog.at_level(logging.INFO, logger="airflow_conduit.destination.postgres"):
-        staged = destination.stage(frame(spark, records), {"url": db, "table": "pay"}, dlv)
+        staged = destination.stage(frame(spark, records), pg_settings({"url": db, "table": "pay"}), dlv)
     try:
         found = poison if nack_limit is None else poison[: nack_limit + 1]
         assert [seq for seq, _ in staged.nacks] == [i * 10 for i in found]
@@ -419,7 +426,7 @@ def test_the_search_for_refused_records_stops_past_the_nack_limit(spark, pg, db,
 
 def test_too_long_key_is_refused_not_cut(spark, pg, db):
     rows(pg, db, f"CREATE TABLE c (code varchar(3) PRIMARY KEY, v int); ALTER TABLE c OWNER TO {APP_USER}")
-    settings = {"url": db, "table": "c", "key": "code"}
+    settings = pg_settings({"url": db, "table": "c", "key": "code"})
     records = [record(after={"code": "abc", "v": 1}), record("update", {"code": "abcd", "v": 2})]
     staged = write(spark, records, settings)
     assert [seq for seq, _ in staged.nacks] == [10]
@@ -429,7 +436,7 @@ def test_too_long_key_is_refused_not_cut(spark, pg, db):
 
 def test_records_that_cannot_be_mapped_are_nacked(spark, pg, db):
     rows(pg, db, f"CREATE TABLE t (id serial PRIMARY KEY, v text); ALTER TABLE t OWNER TO {APP_USER}")
-    settings = {"url": db, "table": "t"}
+    settings = pg_settings({"url": db, "table": "t"})
     records = [
         record(after={"v": "a"}),
         record(after_raw=b'{"v": "raw"}'),  # raw payload
@@ -466,7 +473,7 @@ def test_a_batch_too_large_for_the_driver_is_fatal_and_says_what_to_change(spark
 
     monkeypatch.setattr(staging, "_arrow_batches", too_large)
     with pytest.raises(FatalError) as caught:
-        write(spark, [record(after={"id": 1})], {"url": db, "table": "t"})
+        write(spark, [record(after={"id": 1})], pg_settings({"url": db, "table": "t"}))
     assert "lower the source's maxRecordsPerBatch" in str(caught.value)
     assert rows(pg, db, "SELECT count(*) FROM t") == [(0,)]
 
@@ -475,7 +482,7 @@ def test_a_failure_while_rows_stream_in_writes_nothing_and_leaves_spark_usable(s
     """The driver COPYs partitions while Spark computes the rest. A failure half way (injected: the
     second partition's CSV) rolls everything back, closes Spark's stream, and the next batch writes."""
     rows(pg, db, f"CREATE TABLE t (id int, v text); ALTER TABLE t OWNER TO {APP_USER}")
-    settings = {"url": db, "table": "t"}
+    settings = pg_settings({"url": db, "table": "t"})
     records = [record(after={"id": i, "v": f"v{i}"}) for i in range(30)]
     calls = []
 
@@ -498,7 +505,7 @@ def test_a_failure_while_rows_stream_in_writes_nothing_and_leaves_spark_usable(s
 
 def test_missing_table_is_fatal_and_names_it(spark, pg, db):
     with pytest.raises(FatalError) as caught:
-        write(spark, [record(after={"id": 1})], {"url": db, "table": "no_such_table"})
+        write(spark, [record(after={"id": 1})], pg_settings({"url": db, "table": "no_such_table"}))
     assert "no_such_table" in str(caught.value)
     assert APP_PASSWORD not in str(caught.value)
     assert staging_tables(pg, db) == []
@@ -507,7 +514,7 @@ def test_missing_table_is_fatal_and_names_it(spark, pg, db):
 def test_bad_password_is_fatal_and_never_shows_the_password(spark, pg, db):
     wrong = "Wr0ng-Secret-77"
     url = db.replace(APP_PASSWORD, wrong)
-    settings = {"url": url, "table": "t"}
+    settings = pg_settings({"url": url, "table": "t"})
     with pytest.raises(FatalError) as staged:
         write(spark, [record(after={"id": 1})], settings)
     with pytest.raises(FatalError) as checked:
@@ -518,7 +525,7 @@ def test_bad_password_is_fatal_and_never_shows_the_password(spark, pg, db):
 
 
 def test_server_stopped_is_transient(spark, pg, db):
-    settings = {"url": db, "table": "t"}
+    settings = pg_settings({"url": db, "table": "t"})
     pg.stop()
     try:
         with pytest.raises(TransientError) as checked:
@@ -533,7 +540,7 @@ def test_server_stopped_is_transient(spark, pg, db):
 
 def test_server_lost_before_publish_leaves_the_batch_undelivered(spark, pg, db):
     rows(pg, db, f"CREATE TABLE t (id int PRIMARY KEY); ALTER TABLE t OWNER TO {APP_USER}")
-    settings = {"url": db, "table": "t", "key": "id"}
+    settings = pg_settings({"url": db, "table": "t", "key": "id"})
     staged = destination.stage(frame(spark, [record(after={"id": 1})]), settings, delivery("hx"))
     pg.stop()
     try:

@@ -26,7 +26,7 @@ DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, 
 
 def spec_of(settings: dict[str, Any]) -> GeneratorSpec:
     """The generator's record function for these settings, validated as the engine validates them."""
-    return GeneratorSpec.from_settings(GeneratorSettings.model_validate(settings).model_dump(by_alias=True))
+    return GeneratorSpec.from_settings(GeneratorSettings.model_validate(settings))
 
 
 def after_of(spec: GeneratorSpec, i: int) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,14 @@ from airflow_conduit.config import (
     load_pipeline_file,
     load_pipeline_text,
 )
-from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH
+from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH, LogDestinationSettings
+from airflow_conduit.config.spec import PluginSettings
+
+
+def conduit(settings: PluginSettings) -> dict[str, Any]:
+    """Validated settings as Conduit spells them (the config keeps the typed model)."""
+    return settings.model_dump(by_alias=True)
+
 
 VALID = """\
 version: "2.2"
@@ -110,7 +118,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert (gen.node_id, out.node_id) == ("orders:gen", "orders:out")
     assert gen.name == "gen" and gen.line == line_of(VALID, "id: gen")
     assert orders.sources == (gen,) and orders.destinations == (out,)
-    assert gen.settings == {
+    assert conduit(gen.settings) == {
         "recordCount": 10,
         "rate": 0.0,
         "collections": "",
@@ -120,7 +128,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
         "seed": 0,
         "maxRecordsPerBatch": DEFAULT_MAX_RECORDS_PER_BATCH,
     }
-    assert out.settings == {"path": "/tmp/out", "namespace": ".*"}
+    assert conduit(out.settings) == {"path": "/tmp/out", "namespace": ".*"}
     (drop,) = out.processors
     assert drop.node_id == "orders:out:drop-x" and drop.workers == 1
     assert drop.field_path == "pipelines[0].connectors[1].processors[0]"
@@ -130,7 +138,9 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert tag.condition_source == ".Payload.After.kind = 'refund'"
     assert orders.dlq == DLQConfig(
         plugin="builtin:log",
-        settings={"level": "warn", "message": "record delivery failed", "namespace": ".*"},
+        settings=LogDestinationSettings.model_validate(
+            {"level": "warn", "message": "record delivery failed", "namespace": ".*"}
+        ),
         window_size=1,
         window_nack_threshold=0,
         field_path="pipelines[0].dead-letter-queue",
@@ -139,12 +149,12 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
 
     audit = result.get("audit")
     assert (audit.status, audit.name) == ("stopped", "Audit trail")
-    assert audit.connectors[0].settings["recordCount"] == -1
-    assert audit.connectors[0].settings["format.options"] == {"id": "int", "name": "string"}
-    assert audit.connectors[1].settings == {"level": "debug", "message": "", "namespace": ".*"}
+    assert conduit(audit.connectors[0].settings)["recordCount"] == -1
+    assert conduit(audit.connectors[0].settings)["format.options"] == {"id": "int", "name": "string"}
+    assert conduit(audit.connectors[1].settings) == {"level": "debug", "message": "", "namespace": ".*"}
     assert audit.dlq.plugin == "builtin:file"
     assert (audit.dlq.window_size, audit.dlq.window_nack_threshold) == (5, 2)
-    assert audit.dlq.settings == {"path": "/tmp/dlq", "namespace": ".*"}
+    assert conduit(audit.dlq.settings) == {"path": "/tmp/dlq", "namespace": ".*"}
 
 
 def test_load_pipeline_file_reads_from_disk(tmp_path: Path) -> None:
@@ -225,8 +235,8 @@ def test_env_substitution_and_default() -> None:
     )
     result = load(text, env={"COUNT": "7", "OUT": "/data"})
     src, dst = result.pipelines[0].connectors
-    assert src.settings["recordCount"] == 7 and src.settings["collections"] == "orders"
-    assert dst.settings["path"] == "/data/x"
+    assert conduit(src.settings)["recordCount"] == 7 and conduit(src.settings)["collections"] == "orders"
+    assert conduit(dst.settings)["path"] == "/data/x"
 
 
 def test_unset_env_variable_is_an_issue() -> None:
@@ -407,7 +417,7 @@ def test_custom_python_relative_path_imports(tmp_path: Path) -> None:
     path.write_text(text)
     before = list(sys.path)
     (proc,) = load_pipeline_file(path, env={}).pipelines[0].processors
-    assert proc.settings == {"function": "tf_conf_ok:mask", "path": str(tmp_path / "udfs")}
+    assert conduit(proc.settings) == {"function": "tf_conf_ok:mask", "path": str(tmp_path / "udfs")}
     assert sys.path == before
 
 

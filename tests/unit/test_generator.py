@@ -20,9 +20,9 @@ from airflow_conduit.engine.connectors.generator import GeneratorSpec, Generator
 POSITION, OPERATION, METADATA, KEY_JSON, KEY_RAW, BEFORE_JSON, BEFORE_RAW, AFTER_JSON, AFTER_RAW = range(9)
 
 
-def settings_of(**given: Any) -> dict[str, Any]:
-    """Settings as the engine gets them: validated, defaults filled, Conduit key names."""
-    return GeneratorSettings.model_validate(given).model_dump(by_alias=True)
+def settings_of(**given: Any) -> GeneratorSettings:
+    """Settings as the engine gets them: validated, defaults filled."""
+    return GeneratorSettings.model_validate(given)
 
 
 def spec_of(**given: Any) -> GeneratorSpec:
@@ -48,7 +48,7 @@ def test_same_seed_same_records_in_another_process():
         "import json, sys\n"
         "from airflow_conduit.config.settings import GeneratorSettings\n"
         "from airflow_conduit.engine.connectors.generator import GeneratorSpec\n"
-        "s = GeneratorSettings.model_validate({'seed': 7, 'operations': 'create,update'}).model_dump(by_alias=True)\n"
+        "s = GeneratorSettings.model_validate({'seed': 7, 'operations': 'create,update'})\n"
         "spec = GeneratorSpec.from_settings(s)\n"
         "print(json.dumps([[v.decode() if isinstance(v, bytes) else v for v in spec.row(i)] for i in range(20)]))\n"
     )
@@ -130,7 +130,7 @@ def test_field_kinds():
 
 def reader(**given: Any) -> GeneratorStreamReader:
     ctx = SourceContext("gen", "p:gen", "/nonexistent/stop-file")
-    return GeneratorStreamReader(source_options(settings_of(**given), ctx))
+    return GeneratorStreamReader(source_options(spec_of(**given), ctx))
 
 
 def test_reader_offsets_stop_at_record_count_in_batches_of_the_limit():

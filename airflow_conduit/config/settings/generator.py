@@ -15,6 +15,10 @@ FieldType = Literal["int", "string", "bool", "time", "duration"]
 _FORMAT_OPTIONS = "format.options"
 
 
+def _default_fields() -> dict[str, FieldType]:
+    return {"id": "int", "name": "string"}
+
+
 class GeneratorSettings(PluginSettings):
     record_count: int = Field(-1, alias="recordCount")
     """Records to produce; -1 means unbounded."""
@@ -23,9 +27,7 @@ class GeneratorSettings(PluginSettings):
     collections: str = ""
     operations: str = "create"
     format_type: Literal["structured", "raw"] = Field("structured", alias="format.type")
-    format_options: dict[str, FieldType] = Field(
-        default_factory=lambda: {"id": "int", "name": "string"}, alias=_FORMAT_OPTIONS
-    )
+    format_options: dict[str, FieldType] = Field(default_factory=_default_fields, alias="format.options")
     """Field name -> type; written as ``format.options.<field>: <type>`` keys, as in Conduit."""
     seed: int = 0
     max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource
 
 from airflow_conduit.record import SOURCE_SCHEMA
 
@@ -43,10 +45,16 @@ class Delivery:
     refuses may stop there. None: no such limit."""
 
 
-def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, str]:
-    """Python data sources get string options only: pass the settings and context as one JSON value."""
+C = TypeVar("C")
+
+
+def source_options(config: Any, ctx: SourceContext) -> dict[str, str]:
+    """Python data sources get string options only: pass the reader's config and the context as one JSON
+    value. ``config`` is the source's own frozen dataclass of JSON values, built on the driver from its
+    typed settings: the stream reader runs on a Python worker, which must not import the config layer
+    (pydantic) at every query start."""
     conf = {
-        "settings": dict(settings),
+        "config": dataclasses.asdict(config),
         "stop_file": ctx.stop_file,
         "node": ctx.node_id,
         "parallelism": ctx.parallelism,
@@ -55,17 +63,23 @@ def source_options(settings: dict[str, Any], ctx: SourceContext) -> dict[str, st
 
 
 @dataclass(frozen=True)
-class SourceOptions:
+class SourceOptions(Generic[C]):
     """What a stream reader gets back from :func:`source_options` on the Python worker."""
 
-    settings: dict[str, Any]
+    config: C
     stop_file: str
     parallelism: int
 
 
-def parse_options(options: dict[str, str]) -> SourceOptions:
+def _tuples(value: Any) -> Any:
+    """JSON arrays back into the tuples a frozen config holds."""
+    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+
+
+def parse_options(options: dict[str, str], config_type: type[C]) -> SourceOptions[C]:
     conf = json.loads(options["conduit"])
-    return SourceOptions(conf["settings"], conf["stop_file"], int(conf["parallelism"]))
+    config = config_type(**{name: _tuples(value) for name, value in conf["config"].items()})
+    return SourceOptions(config, conf["stop_file"], int(conf["parallelism"]))
 
 
 def stop_requested(stop_file: str) -> bool:
@@ -74,11 +88,13 @@ def stop_requested(stop_file: str) -> bool:
 
 def read_python_source(
     spark: SparkSession,
-    source_cls: type,
-    settings: dict[str, Any],
+    source_cls: type[DataSource],
+    config: Any,
     ctx: SourceContext,
     schema: str = SOURCE_SCHEMA,
 ) -> DataFrame:
+    """The stream of a Python data source, its reader configured with ``config`` (see
+    :func:`source_options`)."""
     spark.dataSource.register(source_cls)
     reader = spark.readStream.format(source_cls.name()).schema(schema)
-    return reader.options(**source_options(settings, ctx)).load()
+    return reader.options(**source_options(config, ctx)).load()

@@ -12,13 +12,14 @@ they sort in delivery order, published exactly once with a delivery marker (see 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -34,6 +35,9 @@ from airflow_conduit.engine.connectors._stream import (
 )
 from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
 from airflow_conduit.record import source_schema
+
+if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
+    from airflow_conduit.config.settings import FileDestinationSettings, FileSourceSettings
 
 SCAN_CHUNK = 8 << 20
 MIN_PARTITION_BYTES = 1 << 20
@@ -110,12 +114,24 @@ class _FileRange(InputPartition):
     end: int
 
 
+@dataclass(frozen=True)
+class FileSource:
+    """What the stream reader needs of the source's settings (see ``_stream.source_options``)."""
+
+    path: str
+    max_records: int
+
+    @classmethod
+    def from_settings(cls, settings: FileSourceSettings) -> FileSource:
+        return cls(settings.path, settings.max_records_per_batch)
+
+
 class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        parsed = parse_options(options)
-        settings, self.stop_file, self.parallelism = parsed.settings, parsed.stop_file, parsed.parallelism
-        self.path = str(settings["path"])
-        self.max_records = int(settings["maxRecordsPerBatch"])
+        parsed = parse_options(options, FileSource)
+        self.stop_file, self.parallelism = parsed.stop_file, parsed.parallelism
+        self.path = parsed.config.path
+        self.max_records = parsed.config.max_records
         self._target: dict[str, int] | None = None  # file sizes when an AvailableNow run began
 
     def initialOffset(self) -> dict:
@@ -130,7 +146,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if stop_requested(self.stop_file):
             return start
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else float("inf")
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else sys.maxsize  # no limit
         ends = dict(start["files"])
         for name, full in list_source_files(self.path).items():
             if budget <= 0:
@@ -218,21 +234,21 @@ class FileDataSource(DataSource):
         return FileStreamReader(dict(self.options))
 
 
-def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
-    return read_python_source(spark, FileDataSource, settings, ctx, SCHEMA)
+def read_stream(spark: SparkSession, settings: FileSourceSettings, ctx: SourceContext) -> DataFrame:
+    return read_python_source(spark, FileDataSource, FileSource.from_settings(settings), ctx, SCHEMA)
 
 
-def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> FileStreamReader:
+def stream_reader(settings: FileSourceSettings, ctx: SourceContext) -> FileStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
-    return FileStreamReader(source_options(settings, ctx))
+    return FileStreamReader(source_options(FileSource.from_settings(settings), ctx))
 
 
 # destination -------------------------------------------------------------------------------------
 
 
-def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedFiles:
-    return stage_jsonl(records.drop("_seq"), settings["path"], delivery)
+def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> StagedFiles:
+    return stage_jsonl(records.drop("_seq"), settings.path, delivery)
 
 
-def delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
-    return jsonl_files.delivered(settings["path"], delivery)
+def delivered(settings: FileDestinationSettings, delivery: Delivery) -> bool:
+    return jsonl_files.delivered(settings.path, delivery)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -26,6 +26,9 @@ from airflow_conduit.engine.connectors._stream import (
     stop_requested,
 )
 from airflow_conduit.record import SOURCE_SCHEMA
+
+if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
+    from airflow_conduit.config.settings import GeneratorSettings
 
 ROWS_PER_PARTITION = 50_000
 _MASK = (1 << 64) - 1
@@ -64,19 +67,21 @@ class GeneratorSpec:
     max_records_per_batch: int
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> GeneratorSpec:
+    def from_settings(cls, settings: GeneratorSettings) -> GeneratorSpec:
+        """On the driver: the validated settings (lists already normalised to ``a,b``)."""
+
         def split(text: str) -> tuple[str, ...]:
-            return tuple(part.strip() for part in str(text).split(",") if part.strip())
+            return tuple(part for part in text.split(",") if part)
 
         return cls(
-            record_count=int(settings["recordCount"]),
-            rate=float(settings["rate"]),
-            collections=split(settings["collections"]),
-            operations=split(settings["operations"]) or ("create",),
-            structured=settings["format.type"] == "structured",
-            fields=tuple(sorted(settings["format.options"].items())),
-            seed=int(settings["seed"]),
-            max_records_per_batch=int(settings["maxRecordsPerBatch"]),
+            record_count=settings.record_count,
+            rate=settings.rate,
+            collections=split(settings.collections),
+            operations=split(settings.operations),
+            structured=settings.format_type == "structured",
+            fields=tuple(sorted(settings.format_options.items())),
+            seed=settings.seed,
+            max_records_per_batch=settings.max_records_per_batch,
         )
 
     def payload(self, i: int, salt: int = 0) -> dict[str, Any]:
@@ -115,9 +120,9 @@ class _Range(InputPartition):
 
 class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        parsed = parse_options(options)
+        parsed = parse_options(options, GeneratorSpec)
         self.stop_file = parsed.stop_file
-        self.spec = GeneratorSpec.from_settings(parsed.settings)
+        self.spec = parsed.config
         self._clock_start: tuple[float, int] | None = None  # (time, records) when first asked
         self._available_now = False
         self._target: int | None = None
@@ -198,10 +203,10 @@ class GeneratorDataSource(DataSource):
         return GeneratorStreamReader(dict(self.options))
 
 
-def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
-    return read_python_source(spark, GeneratorDataSource, settings, ctx)
+def read_stream(spark: SparkSession, settings: GeneratorSettings, ctx: SourceContext) -> DataFrame:
+    return read_python_source(spark, GeneratorDataSource, GeneratorSpec.from_settings(settings), ctx)
 
 
-def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> GeneratorStreamReader:
+def stream_reader(settings: GeneratorSettings, ctx: SourceContext) -> GeneratorStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
-    return GeneratorStreamReader(source_options(settings, ctx))
+    return GeneratorStreamReader(source_options(GeneratorSpec.from_settings(settings), ctx))

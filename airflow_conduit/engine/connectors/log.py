@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.record import opencdc_json_steps
+
+if TYPE_CHECKING:
+    from airflow_conduit.config.settings import LogDestinationSettings
 
 logger = logging.getLogger("airflow_conduit.destination.log")
 
@@ -45,11 +48,9 @@ class StagedLog:
         self.lines.unpersist()
 
 
-def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedLog:
-    level = LEVELS[str(settings.get("level") or "info").lower()]
+def stage(records: DataFrame, settings: LogDestinationSettings, delivery: Delivery) -> StagedLog:
+    level = LEVELS[settings.level]
     first, second = opencdc_json_steps()
     lines = records.selectExpr(*first).selectExpr(f"{second} AS value").persist()
     lines.write.format("noop").mode("overwrite").save()
-    return StagedLog(
-        lines, level, settings.get("message") or f"{delivery.pipeline_id}:{delivery.destination_id}"
-    )
+    return StagedLog(lines, level, settings.message or f"{delivery.pipeline_id}:{delivery.destination_id}")

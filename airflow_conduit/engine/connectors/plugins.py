@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.model import ConnectorConfig
 from airflow_conduit.config.registry import spec_of
+from airflow_conduit.config.spec import PluginSettings
 from airflow_conduit.engine.connectors import Delivery, SourceContext, Staged
 
 
@@ -29,14 +30,14 @@ def stream_reader(source: ConnectorConfig, ctx: SourceContext) -> Any | None:
     return spec.implementation().stream_reader(source.settings, ctx) if spec.inspectable else None
 
 
-def delivered(plugin: str, settings: Any, delivery: Delivery) -> bool:
+def delivered(plugin: str, settings: PluginSettings, delivery: Delivery) -> bool:
     """Whether the destination already holds ``delivery``; never for one that keeps no marker (at least
     once: every replay writes again)."""
     spec = spec_of(plugin, "destination")
     return spec.delivery_marker and bool(spec.implementation().delivered(settings, delivery))
 
 
-def stage(plugin: str, records: DataFrame, settings: Any, delivery: Delivery) -> Staged:
+def stage(plugin: str, records: DataFrame, settings: PluginSettings, delivery: Delivery) -> Staged:
     """The destination's write of ``records``, staged: invisible until published."""
     staged: Staged = spec_of(plugin, "destination").implementation().stage(records, settings, delivery)
     return staged

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -22,6 +22,9 @@ from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.processors.custom_python import load_function, record_of
 from airflow_conduit.errors import ConduitError, TransientError
 from airflow_conduit.record import DATA_FIELDS, RECORD_COLUMNS
+
+if TYPE_CHECKING:
+    from airflow_conduit.config.settings import PythonDestinationSettings
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,7 @@ class StagedCall:
         self.records.unpersist()
 
 
-def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedCall:
+def stage(records: DataFrame, settings: PythonDestinationSettings, delivery: Delivery) -> StagedCall:
     as_text = [
         F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
@@ -61,4 +64,4 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     # evaluates the batch (and the engine's record counts) a second time.
     ordered = records.repartition(1).sortWithinPartitions("_seq").select(*as_text).persist()
     ordered.write.format("noop").mode("overwrite").save()  # computed now, while the batch is decided
-    return StagedCall(ordered, str(settings["function"]), settings.get("path"), delivery)
+    return StagedCall(ordered, settings.function, settings.path, delivery)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from airflow_conduit.config.fieldref import FieldRef, parse_field_ref, sql_string, variant_path
+from airflow_conduit.config.fieldref import FieldRef, sql_string, variant_path
 from airflow_conduit.config.model import ProcessorConfig
 
 EMPTY_OBJECT = "cast(map() as map<string,variant>)"
@@ -22,10 +22,6 @@ sql_str = sql_string
 def json_path(segments: tuple[str, ...]) -> str:
     """A variant path such as ``$.a.b`` or ``$.a['x y']``, as a SQL string literal."""
     return sql_string(variant_path(segments))
-
-
-def field_ref(proc: ProcessorConfig, setting: str = "field") -> FieldRef:
-    return parse_field_ref(str(proc.settings[setting]))
 
 
 def object_map(variant_sql: str) -> str:
@@ -107,10 +103,8 @@ def raw_problem(ref: FieldRef) -> str:
     return f"{ref.root} IS NULL AND {ref.root}_raw IS NOT NULL"
 
 
-def raw_problem_message(proc: ProcessorConfig, ref: FieldRef) -> str:
-    return sql_str(
-        f"{proc.plugin}: {proc.settings.get('field', '')} is in raw data; decode it first (json.decode)"
-    )
+def raw_problem_message(proc: ProcessorConfig, field: str) -> str:
+    return sql_str(f"{proc.plugin}: {field} is in raw data; decode it first (json.decode)")
 
 
 def unsupported(proc: ProcessorConfig, ref: FieldRef) -> ValueError:

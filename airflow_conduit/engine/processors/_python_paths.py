@@ -16,6 +16,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from airflow_conduit.config.model import PipelineConfig
+from airflow_conduit.config.settings import CustomPythonSettings
 
 logger = logging.getLogger("airflow_conduit.custom_python")
 
@@ -26,10 +27,10 @@ MAX_SHIPPED_BYTES = 64 << 20
 def ship_function_paths(spark: SparkSession, pipeline: PipelineConfig, into: Path) -> list[Path]:
     """Zip and add the ``path`` of every ``custom.python`` processor; the zips (in ``into``)."""
     paths = {
-        str(proc.settings["path"])
+        proc.settings.path
         for processors in [pipeline.processors, *(c.processors for c in pipeline.connectors)]
         for proc in processors
-        if proc.plugin == "custom.python" and proc.settings.get("path")
+        if isinstance(proc.settings, CustomPythonSettings) and proc.settings.path
     }
     archives = [zip_python_files(Path(path), into) for path in sorted(paths)]
     shipped = [archive for archive in archives if archive is not None]

@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import CustomPythonSettings
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
 from airflow_conduit.errors import ConduitError
@@ -40,7 +41,8 @@ from airflow_conduit.record import (
 ARROW_SCHEMA = f"{SOURCE_SCHEMA}, {INTERNAL_SCHEMA}, _active boolean"
 
 
-def load_function(reference: str, path: str | None) -> Callable[[dict[str, Any]], Any]:
+def load_function(reference: str, path: str | None) -> Callable[..., Any]:
+    """The user's function: ``(record)`` or ``(record, context)``; a destination's ``(records, hash)``."""
     if path and path not in sys.path:
         sys.path.insert(0, path)
     module_name, _, attribute = reference.partition(":")
@@ -111,7 +113,7 @@ class _Batch:
     """Column lists of one Arrow batch, updated in place row by row."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
 
         self.columns = batch.to_pydict()
         self._data = [
@@ -186,7 +188,9 @@ def make_mapper(
     return run
 
 
-def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None = None) -> DataFrame:
+def apply(
+    records: DataFrame, proc: ProcessorConfig[CustomPythonSettings], batch: BatchContext | None = None
+) -> DataFrame:
     """``batch`` gives functions that take a second parameter ``{"pipeline_id", "batch_id",
     "delivery_hash"}``; the hash is this processor's (pipeline, node, source offsets): the same on every
     replay of the micro-batch, so side effects keyed on it stay idempotent."""
@@ -202,7 +206,8 @@ def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None 
             "batch_id": batch.batch_id,
             "delivery_hash": batch.hash_for(proc.node_id),
         }
-    mapper = make_mapper(str(proc.settings["function"]), proc.settings.get("path"), proc.node_id, context)
+    # Only strings reach the executors: the function's name and path, not the settings model.
+    mapper = make_mapper(proc.settings.function, proc.settings.path, proc.node_id, context)
     mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA)
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import ErrorSettings
 from airflow_conduit.engine.processors._expr import apply_changes, sql_str
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    message = str(proc.settings.get("message") or "error processor triggered")
+def apply(records: DataFrame, proc: ProcessorConfig[ErrorSettings]) -> DataFrame:
+    message = proc.settings.message or "error processor triggered"
     return apply_changes(records, proc, {}, problem="true", problem_message=sql_str(message))

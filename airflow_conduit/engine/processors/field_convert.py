@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import FieldConvertSettings
 from airflow_conduit.engine.processors._expr import (
     apply_changes,
-    field_ref,
     get_path,
     raw_problem,
     set_path,
@@ -19,11 +20,11 @@ from airflow_conduit.engine.processors._expr import (
 SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean"}
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    ref = field_ref(proc)
-    target = str(proc.settings["type"])
+def apply(records: DataFrame, proc: ProcessorConfig[FieldConvertSettings]) -> DataFrame:
+    ref = parse_field_ref(proc.settings.field)
+    target = proc.settings.type
     spark_type = SPARK_TYPES[target]
-    failed = sql_str(f"field.convert: {proc.settings['field']} cannot be converted to {target}")
+    failed = sql_str(f"field.convert: {proc.settings.field} cannot be converted to {target}")
     if ref.root == "metadata" and ref.path:
         original = f"metadata[{sql_str(ref.path[0])}]"
         converted = f"cast(try_cast({original} as {spark_type}) as string)"

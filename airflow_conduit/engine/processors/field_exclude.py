@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from airflow_conduit.config.fieldref import FieldRef, parse_field_list, parse_field_ref
+from airflow_conduit.config.fieldref import FieldRef, parse_field_list
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import FieldExcludeSettings
 from airflow_conduit.engine.processors._expr import (
     EMPTY_METADATA,
     apply_changes,
@@ -16,15 +17,12 @@ from airflow_conduit.engine.processors._expr import (
 )
 
 
-def fields_of(proc: ProcessorConfig) -> list[FieldRef]:
-    fields = proc.settings["fields"]
-    if isinstance(fields, str):
-        # As the config validated it: a comma inside .Metadata["a,b"] does not separate fields.
-        return list(parse_field_list(fields))
-    return [parse_field_ref(str(f)) for f in fields if str(f).strip()]
+def fields_of(proc: ProcessorConfig[FieldExcludeSettings]) -> list[FieldRef]:
+    # As the config validated it: a comma inside .Metadata["a,b"] does not separate fields.
+    return list(parse_field_list(proc.settings.fields))
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+def apply(records: DataFrame, proc: ProcessorConfig[FieldExcludeSettings]) -> DataFrame:
     for ref in fields_of(proc):
         if ref.root == "metadata" and ref.path:
             keep = f"map_filter(metadata, (k, v) -> k != {sql_str(ref.path[0])})"

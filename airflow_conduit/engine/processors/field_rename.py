@@ -6,6 +6,7 @@ from pyspark.sql import DataFrame
 
 from airflow_conduit.config.fieldref import parse_field_ref, parse_rename_mapping
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import FieldRenameSettings
 from airflow_conduit.engine.processors._expr import (
     apply_changes,
     sql_str,
@@ -15,28 +16,16 @@ from airflow_conduit.engine.processors._expr import (
 )
 
 
-def mapping_of(proc: ProcessorConfig) -> list[tuple[str, str]]:
-    mapping = proc.settings["mapping"]
-    if isinstance(mapping, dict):
-        return [(str(k), str(v)) for k, v in mapping.items()]
-    if isinstance(mapping, str):
-        # As the config validated it: `,` and `:` inside .Metadata["a:b,c"] do not separate entries.
-        return [(str(ref), new) for ref, new in parse_rename_mapping(mapping)]
-    pairs = []
-    for entry in mapping:
-        if isinstance(entry, (list, tuple)):
-            pairs.append((str(entry[0]), str(entry[1])))
-        else:
-            old, _, new = str(entry).strip().rpartition(":")
-            pairs.append((old.strip(), new.strip()))
-    return pairs
+def mapping_of(proc: ProcessorConfig[FieldRenameSettings]) -> list[tuple[str, str]]:
+    # As the config validated it: `,` and `:` inside .Metadata["a:b,c"] do not separate entries.
+    return [(str(ref), new) for ref, new in parse_rename_mapping(proc.settings.mapping)]
 
 
 def rename_keys(map_sql: str, old: str, new: str) -> str:
     return f"transform_keys({map_sql}, (k, v) -> CASE WHEN k = {sql_str(old)} THEN {sql_str(new)} ELSE k END)"
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
+def apply(records: DataFrame, proc: ProcessorConfig[FieldRenameSettings]) -> DataFrame:
     for old_text, new_name in mapping_of(proc):
         ref = parse_field_ref(old_text)
         if ref.root == "metadata" and ref.path:

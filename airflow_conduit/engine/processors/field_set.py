@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import FieldSetSettings
 from airflow_conduit.engine.processors._expr import (
     EMPTY_METADATA,
     apply_changes,
-    field_ref,
     raw_problem,
     raw_problem_message,
     set_path,
@@ -17,9 +18,9 @@ from airflow_conduit.engine.processors._expr import (
 )
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    ref = field_ref(proc)
-    value = sql_str(str(proc.settings["value"]))
+def apply(records: DataFrame, proc: ProcessorConfig[FieldSetSettings]) -> DataFrame:
+    ref = parse_field_ref(proc.settings.field)
+    value = sql_str(proc.settings.value)
     if ref.root == "operation":
         return apply_changes(records, proc, {"operation": value})
     if ref.root == "metadata":
@@ -37,6 +38,6 @@ def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
             proc,
             {ref.root: set_path(ref.root, ref.path, f"cast({value} as variant)")},
             problem=raw_problem(ref),
-            problem_message=raw_problem_message(proc, ref),
+            problem_message=raw_problem_message(proc, proc.settings.field),
         )
     raise unsupported(proc, ref)

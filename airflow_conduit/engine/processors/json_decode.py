@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.config.settings import JsonDecodeSettings
 from airflow_conduit.engine.processors._expr import (
     apply_changes,
-    field_ref,
     get_path,
     set_path,
     sql_str,
@@ -15,11 +16,11 @@ from airflow_conduit.engine.processors._expr import (
 )
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    ref = field_ref(proc)
+def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> DataFrame:
+    ref = parse_field_ref(proc.settings.field)
     if ref.root not in ("key", "before", "after"):
         raise unsupported(proc, ref)
-    invalid = sql_str(f"json.decode: {proc.settings['field']} is not valid JSON")
+    invalid = sql_str(f"json.decode: {proc.settings.field} is not valid JSON")
     if not ref.path:
         # Raw bytes become structured; a value already structured is left as it is.
         text = f"cast({ref.root}_raw as string)"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.engine.processors._expr import apply_changes, field_ref, get_path, set_path, unsupported
+from airflow_conduit.config.settings import JsonEncodeSettings
+from airflow_conduit.engine.processors._expr import apply_changes, get_path, set_path, unsupported
 
 
-def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
-    ref = field_ref(proc)
+def apply(records: DataFrame, proc: ProcessorConfig[JsonEncodeSettings]) -> DataFrame:
+    ref = parse_field_ref(proc.settings.field)
     if ref.root not in ("key", "before", "after"):
         raise unsupported(proc, ref)
     if not ref.path:

@@ -58,10 +58,10 @@ from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
@@ -87,6 +87,9 @@ from airflow_conduit.engine.connectors.postgres.staging import (
     staging_frame,
     stream,
 )
+
+if TYPE_CHECKING:
+    from airflow_conduit.config.settings import PostgresDestinationSettings
 
 logger = logging.getLogger("airflow_conduit.destination.postgres")
 
@@ -331,14 +334,12 @@ def _write(
     )
     received = (
         _copy_as_received(cur, target, layout, key, batches)
-        if direct
+        if direct and target is not None  # direct implies a target; said again for the type checker
         else _copy_into_staging(cur, layout, batches)
     )
     if key and (received.refused_by == _UNIQUE_VIOLATION or received.gave_way == A_DELETE):
         _UPSERTS_NOT_COPIED.add(upserts)
-        reason = (
-            "a batch holds deletes" if received.gave_way == A_DELETE else f"keys already in {target.name}"
-        )
+        reason = "a batch holds deletes" if received.gave_way == A_DELETE else f"keys already in {upserts[1]}"
         logger.info(
             "postgres destination %s: %s: upserts go through the staging table from now on",
             delivery.destination_id,
@@ -389,17 +390,16 @@ def _apply(
     return (*apply_batch(conn, url, STAGING_TABLE, layout, key, tables, nack_limit), APPLIED)
 
 
-def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> StagedPostgres:
+def stage(records: DataFrame, settings: PostgresDestinationSettings, delivery: Delivery) -> StagedPostgres:
     """Compute the batch's staging rows and write them in an open transaction (see the module doc)."""
-    url = str(settings["url"])
-    key = str(settings.get("key") or "")
+    url, key = settings.url, settings.key
     context = f"postgres destination {delivery.destination_id} ({safe_url(url)})"
     started = time.perf_counter()
     conn = connect(url)
     staged = StagedPostgres(conn, url)
     try:
         with classified(url, context):
-            layout, target = _prepare(conn, str(settings.get("table") or ""), key)
+            layout, target = _prepare(conn, settings.table, key)
             cur = conn.cursor()
             held = _lock_marker(cur, delivery)
             if held and held == delivery.hash:
@@ -427,11 +427,11 @@ def stage(records: DataFrame, settings: dict[str, Any], delivery: Delivery) -> S
     return staged
 
 
-def delivered(settings: dict[str, Any], delivery: Delivery) -> bool:
+def delivered(settings: PostgresDestinationSettings, delivery: Delivery) -> bool:
     """Whether the target already holds this delivery: its marker row carries ``delivery.hash``."""
     if not delivery.hash:
         return False
-    url = str(settings["url"])
+    url = settings.url
     with (
         classified(url, f"postgres destination {delivery.destination_id} ({safe_url(url)})"),
         connect(url) as conn,

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 
 from airflow_conduit.engine.connectors.postgres._common import is_data_error, redact
 from airflow_conduit.engine.connectors.postgres.staging import Layout, summaries
@@ -140,7 +140,9 @@ def _apply_range(
     if layout.typed:
         # Text cast to the column's type (no typmod, so the insert's own assignment cast still refuses
         # a too long value instead of an explicit cast cutting it); arrays and composites from their JSON.
-        staged = [sql.SQL("s.{}").format(sql.Identifier(layout.value_column(c))) for c in values]
+        staged: list[sql.Composable] = [
+            sql.SQL("s.{}").format(sql.Identifier(layout.value_column(c))) for c in values
+        ]
         populate = False
 
         def value(column: str) -> Any:

@@ -41,9 +41,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
@@ -68,6 +68,9 @@ from airflow_conduit.engine.connectors.postgres.pages import max_of, page_end, r
 from airflow_conduit.engine.connectors.postgres.records import arrow_batches
 from airflow_conduit.engine.connectors.postgres.tables import Config, Table, resolve_tables
 from airflow_conduit.errors import Code, ConduitError
+
+if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
+    from airflow_conduit.config.settings import PostgresSourceSettings
 
 
 def _classified(url: str, context: str) -> AbstractContextManager[None]:
@@ -112,9 +115,9 @@ class _Batch(InputPartition):
 
 class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: dict[str, str]) -> None:
-        parsed = parse_options(options)
+        parsed = parse_options(options, Config)
         self.stop_file = parsed.stop_file
-        self.config = Config.from_settings(parsed.settings)
+        self.config = parsed.config
         self._conn: Any = None
         self._tables: tuple[Table, ...] | None = None
         self._target: Any = None  # AvailableNow: the LSN (or per-table maxima) when the run began
@@ -327,13 +330,13 @@ class PostgresDataSource(DataSource):
         return PostgresStreamReader(dict(self.options))
 
 
-def read_stream(spark: SparkSession, settings: dict[str, Any], ctx: SourceContext) -> DataFrame:
-    return read_python_source(spark, PostgresDataSource, settings, ctx)
+def read_stream(spark: SparkSession, settings: PostgresSourceSettings, ctx: SourceContext) -> DataFrame:
+    return read_python_source(spark, PostgresDataSource, Config.from_settings(settings), ctx)
 
 
-def stream_reader(settings: dict[str, Any], ctx: SourceContext) -> PostgresStreamReader:
+def stream_reader(settings: PostgresSourceSettings, ctx: SourceContext) -> PostgresStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
-    return PostgresStreamReader(source_options(settings, ctx))
+    return PostgresStreamReader(source_options(Config.from_settings(settings), ctx))
 
 
 __all__ = ["PostgresDataSource", "read_stream"]

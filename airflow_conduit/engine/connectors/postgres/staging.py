@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
+import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -32,6 +32,9 @@ from airflow_conduit.config.fieldref import sql_string as sql_text
 from airflow_conduit.config.fieldref import variant_path
 from airflow_conduit.errors import Code, FatalError
 from airflow_conduit.record import META_COLLECTION
+
+if TYPE_CHECKING:
+    from airflow_conduit.config.settings import PostgresDestinationSettings
 
 _COMMON = ("seq", "op", "tbl", "key", "err")
 
@@ -71,15 +74,17 @@ def _field(name: str) -> str:
 
 
 def staging_frame(
-    records: DataFrame, settings: dict[str, Any], layout: Layout, json_columns: Sequence[str] = ()
+    records: DataFrame,
+    settings: PostgresDestinationSettings,
+    layout: Layout,
+    json_columns: Sequence[str] = (),
 ) -> DataFrame:
     """The records as staging rows (:attr:`Layout.copied`), plus what the summary needs.
 
     ``json_columns`` (typed layout) are the target's columns that take JSON as it is (json, jsonb,
     arrays, composites): their text is the field's JSON, and a JSON ``null`` is NULL.
     """
-    table = str(settings.get("table") or "")
-    key = str(settings.get("key") or "")
+    table, key = settings.table, settings.key
     quoted = [c for c in (key, *json_columns) if '"' in c]  # they are read through a JSON path
     if quoted:
         raise FatalError(
@@ -214,7 +219,7 @@ def _error_sql(key: str, layout: Layout, table: str) -> str:
 _PARTITION = "_part"
 
 
-def stream(rows: DataFrame, context: str) -> Iterator[pa.RecordBatch]:
+def stream(rows: DataFrame, context: str) -> Generator[pa.RecordBatch, None, None]:
     """The staging rows as Arrow record batches, handed over while Spark still computes the rest of the
     micro-batch, so that the driver's ``COPY`` overlaps with Spark's work.
 
@@ -307,7 +312,7 @@ def csv_rows(rows: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> memoryv
 
     Arrow writes it, every non-null value quoted so that an empty string stays distinct from NULL.
     """
-    import pyarrow.csv as pa_csv
+    import pyarrow.csv as pa_csv  # type: ignore[import-untyped]  # pyarrow ships no type information
 
     buffer = io.BytesIO()
     options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")

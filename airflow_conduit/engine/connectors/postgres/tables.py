@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_conduit.engine.connectors.postgres import _common
 from airflow_conduit.errors import Code, FatalError
+
+if TYPE_CHECKING:  # the source module stays light on Spark's Python workers (no pydantic)
+    from airflow_conduit.config.settings import PostgresSourceSettings
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class Table:
 
 @dataclass(frozen=True)
 class Config:
+    """What the stream reader needs of the source's settings (see ``_stream.source_options``)."""
+
     url: str
     tables: tuple[str, ...]
     key: str
@@ -46,19 +51,18 @@ class Config:
     max_records: int
 
     @classmethod
-    def from_settings(cls, settings: dict[str, Any]) -> Config:
-        tables = tuple(t.strip() for t in str(settings["tables"]).split(",") if t.strip())
-        mode = str(settings.get("cdcMode", "auto"))
+    def from_settings(cls, settings: PostgresSourceSettings) -> Config:
+        """On the driver, from the validated settings."""
         return cls(
-            url=str(settings["url"]),
-            tables=tables,
-            key=str(settings.get("key") or ""),
-            snapshot=str(settings.get("snapshotMode", "initial")) == "initial",
-            mode="long_polling" if mode == "long_polling" else "logrepl",
-            slot=str(settings.get("logrepl.slotName") or "conduitslot"),
-            ordering_column=str(settings.get("orderingColumn") or ""),
-            poll_interval=float(settings.get("pollingPeriod") or 1.0),
-            max_records=int(settings["maxRecordsPerBatch"]),
+            url=settings.url,
+            tables=tuple(t.strip() for t in settings.tables.split(",") if t.strip()),
+            key=settings.key,
+            snapshot=settings.snapshot_mode == "initial",
+            mode="long_polling" if settings.cdc_mode == "long_polling" else "logrepl",
+            slot=settings.slot_name,
+            ordering_column=settings.ordering_column,
+            poll_interval=settings.poll_interval,
+            max_records=settings.max_records_per_batch,
         )
 
 
