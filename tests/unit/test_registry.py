@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
 
 import pytest
 from pyspark.sql.datasource import DataSource
@@ -56,3 +59,17 @@ def test_lookups():
 def test_a_capability_of_another_kind_is_refused():
     with pytest.raises(ValueError, match="delivery_marker is for destination plugins"):
         PluginSpec("x", "source", PluginSettings, engine="x", delivery_marker=True)
+
+
+def test_the_config_layer_reads_the_registry_without_spark():
+    """The specs name their engine modules; validating a pipeline file imports none of them."""
+    code = (
+        "import sys, json\n"
+        "from airflow_conduit.config import load_pipeline_text\n"
+        'load_pipeline_text(\'version: "2.2"\\npipelines:\\n  - id: p\\n    connectors:\\n'
+        "      - {id: g, type: source, plugin: builtin:generator}\\n"
+        "      - {id: o, type: destination, plugin: builtin:log}\\n')\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+    assert not [m for m in loaded if m.startswith(("pyspark", "airflow_conduit.engine"))]
