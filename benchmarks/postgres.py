@@ -32,6 +32,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from pgcluster import APP_PASSWORD, APP_USER, start_cluster  # noqa: E402
 
+from airflow_conduit.config.settings.postgres import PostgresDestinationSettings  # noqa: E402
 from airflow_conduit.engine.connectors._stream import Delivery  # noqa: E402
 from airflow_conduit.engine.connectors.postgres import destination, staging  # noqa: E402
 from airflow_conduit.engine.session import driver_java_options, ensure_python_workers  # noqa: E402
@@ -112,7 +113,7 @@ def main() -> None:
         jdbc_props = {"user": APP_USER, "password": APP_PASSWORD, "driver": "org.postgresql.Driver"}
 
         def conduit(table: str, key: str) -> None:
-            settings = {"url": url, "table": table, "key": key}
+            settings = PostgresDestinationSettings.model_validate({"url": url, "table": table, "key": key})
             for batch, rows in enumerate(record_batches):
                 delivery = Delivery("bench", table, batch, "g", f"{table}-{time.monotonic_ns()}-{batch}")
                 staged = destination.stage(rows, settings, delivery)
@@ -145,7 +146,11 @@ def main() -> None:
             """Step 1 alone as the destination does it: the typed staging rows, on the driver."""
             layout = staging.Layout(("id", "name", "amount", "city", "paid", "score"))
             for records in record_batches:
-                frame = staging.staging_frame(records, {"url": url, "table": "t_conduit"}, layout)
+                frame = staging.staging_frame(
+                    records,
+                    PostgresDestinationSettings.model_validate({"url": url, "table": "t_conduit"}),
+                    layout,
+                )
                 sum(batch.num_rows for batch in staging.stream(frame, "benchmark"))
 
         def conduit_over_existing() -> None:

@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
+from airflow_conduit.config.settings.file import FileSourceSettings
+from airflow_conduit.config.settings.log import LogDestinationSettings
+from airflow_conduit.config.settings.python import CustomPythonSettings
 from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, read_dlq, replay
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.offsets import OffsetLog
@@ -154,19 +157,19 @@ def replay_pipeline(pipeline: PipelineConfig, inbox: Path) -> PipelineConfig:
         id=SOURCE_ID,
         type="source",
         plugin="builtin:file",
-        settings={"path": str(inbox), "maxRecordsPerBatch": 1},
+        settings=FileSourceSettings.model_validate({"path": str(inbox), "maxRecordsPerBatch": 1}),
         node_id=f"{pipeline.id}:{SOURCE_ID}",
     )
     unwrap = ProcessorConfig(
         id=UNWRAP_ID,
         plugin="custom.python",
-        settings={"function": UNWRAP_FUNCTION, "path": None},
+        settings=CustomPythonSettings(function=UNWRAP_FUNCTION),
         node_id=f"{pipeline.id}:{UNWRAP_ID}",
     )
     dlq = dataclasses.replace(
         pipeline.dlq,
         plugin="builtin:log",
-        settings={"level": "warn", "message": "replayed record failed again", "namespace": ".*"},
+        settings=LogDestinationSettings(level="warn", message="replayed record failed again"),
         window_size=0,
     )
     return dataclasses.replace(
