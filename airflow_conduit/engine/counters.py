@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_conduit.state import PipelineState
+from airflow_conduit.state import PipelineState, RunRecords
 
 
 @dataclass
@@ -33,15 +33,16 @@ class RunCounters:
     last_destination_seconds: dict[str, float] = field(default_factory=dict)
     """The last batch's time per destination node: its stage (which may run the batch) and publish."""
 
-    def records(self) -> dict[str, Any]:
-        return {
-            "read": self.read,
-            "acked": self.acked,
-            "filtered": self.filtered,
-            "nacked": self.nacked,
-            "dlq": self.dlq,
-            "written": dict(self.written),
-        }
+    def records(self) -> RunRecords:
+        """The counters so far, as the exit payload holds them."""
+        return RunRecords(
+            read=self.read,
+            acked=self.acked,
+            filtered=self.filtered,
+            nacked=self.nacked,
+            dlq=self.dlq,
+            written=dict(self.written),
+        )
 
     def dlq_summary(self, state: PipelineState) -> dict[str, Any]:
         return {

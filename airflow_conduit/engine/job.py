@@ -24,7 +24,7 @@ from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
-from airflow_conduit.state import ExitPayload, PipelineState, RunRecords, Status, utc_now
+from airflow_conduit.state import ExitPayload, PipelineState, Status, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -89,7 +89,7 @@ class PipelineRun:
         else:
             writer = writer.trigger(processingTime=self.options.trigger_interval)
         state.write_status(
-            Status.RUNNING, error=None, started_at=self.started_at, counters=self.counters.records()
+            Status.RUNNING, error=None, started_at=self.started_at, counters=self.counters.records().to_dict()
         )
         state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
         if acked := state.read_acked():
@@ -115,7 +115,7 @@ class PipelineRun:
             self._in_batch = False
         seconds = time.monotonic() - started
         self.state.write_status(
-            Status.RUNNING, counters=self.counters.records(), batches=self.counters.batches
+            Status.RUNNING, counters=self.counters.records().to_dict(), batches=self.counters.batches
         )
         logger.info(
             "%s: batch %d: %d records (%d acked, %d filtered, %d nacked) in %.2fs, %.0f records/s; total read %d",
@@ -185,7 +185,7 @@ class PipelineRun:
             status=Status.of_error(error),
             exit_code=EXIT_STOPPED if error is None else error.exit_code,
             error=error,
-            records=RunRecords.from_dict(self.counters.records()),
+            records=self.counters.records(),
             batches=self.counters.batches,
             started_at=self.started_at,
             ended_at=utc_now(),

@@ -44,6 +44,7 @@ from pyspark.sql.streaming.listener import (
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.config.model import PipelineConfig
+from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.files import write_atomic
 from airflow_conduit.state import PipelineState, Status
 
@@ -266,9 +267,9 @@ class PipelineMetrics:
         self._listener = None
 
     # inputs ---------------------------------------------------------------------------------------
-    def on_batch(self, batch_id: int, counters: Any, seconds: float) -> None:
-        """After a batch was processed: the run's counters (``RunCounters``) and the batch's time."""
-        records = counters.records()
+    def on_batch(self, batch_id: int, counters: RunCounters, seconds: float) -> None:
+        """After a batch was processed: the run's counters and the batch's time."""
+        records = counters.records().to_dict()
         with self._lock:
             previous_dlq = self._records["dlq"]
             self._set_records(records)
@@ -287,7 +288,7 @@ class PipelineMetrics:
         self.write()
 
     def _set_records(self, records: Mapping[str, Any]) -> None:
-        """The record counters from a ``records`` dict (``RunCounters.records()`` or the exit payload's)."""
+        """The record counters from a ``records`` dict (of ``RunCounters.records()`` or the exit payload)."""
         totals = {state: int(records.get(state) or 0) for state in RECORD_STATES}
         written = {str(k): int(v) for k, v in (records.get("written") or {}).items()}
         _mirror(self._m.records, lambda s: (self._pid, s), self._records, totals)
