@@ -11,13 +11,21 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from .errors import ConfigError, ConfigIssue
 from .fieldref import condition_to_sql
-from .model import ConnectorConfig, DLQConfig, PipelineConfig, PipelineFile, ProcessorConfig
+from .model import (
+    ConnectorConfig,
+    ConnectorType,
+    DLQConfig,
+    PipelineConfig,
+    PipelineFile,
+    PipelineStatus,
+    ProcessorConfig,
+)
 from .registry import plugin_names, plugin_spec
 from .settings import CustomPythonSettings, check_python_function
 from .spec import PluginKind, PluginSettings, PluginSpec, validate_settings
@@ -29,7 +37,7 @@ DEFAULT_DLQ_LOG_SETTINGS = {"level": "warn", "message": "record delivery failed"
 _PIPELINE_FIELDS = ("id", "status", "name", "description", "connectors", "processors", "dead-letter-queue")
 _CONNECTOR_FIELDS = ("id", "type", "plugin", "name", "settings", "processors")
 _PROCESSOR_FIELDS = ("id", "plugin", "type", "condition", "settings", "workers")
-_CONNECTOR_KINDS: dict[str, PluginKind] = {"source": "source", "destination": "destination"}
+_CONNECTOR_KINDS: dict[str, ConnectorType] = {"source": "source", "destination": "destination"}
 _DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
 # Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
@@ -315,12 +323,14 @@ class _Validator:
 
     def pipeline(self, node: _LineMap, path: str, line: int, pipeline_id: str, is_v1: bool) -> PipelineConfig:
         self.check_fields(node, path, _PIPELINE_FIELDS)
-        status = self.get_str(node, "status", path) or "running"
-        if status not in ("running", "stopped"):
+        given_status = self.get_str(node, "status", path) or "running"
+        if given_status not in ("running", "stopped"):
             self.issue(
-                _join(path, "status"), node.line_of("status"), f"must be running or stopped; got {status!r}"
+                _join(path, "status"),
+                node.line_of("status"),
+                f"must be running or stopped; got {given_status!r}",
             )
-            status = "running"
+        status: PipelineStatus = "stopped" if given_status == "stopped" else "running"
         connectors: list[ConnectorConfig] = []
         scope: dict[str, str] = {}  # connectors and pipeline processors share one id space, as in Conduit
         bad_type = False
@@ -340,7 +350,7 @@ class _Validator:
                 self.issue(where, where_line, f"pipeline {pipeline_id!r} has no destination connector")
         return PipelineConfig(
             id=pipeline_id,
-            status=status,  # type: ignore[arg-type]
+            status=status,
             name=self.get_str(node, "name", path) or pipeline_id,
             description=self.get_str(node, "description", path) or "",
             connectors=tuple(connectors),
@@ -372,7 +382,9 @@ class _Validator:
         processors = self.processors(node, path, node_id, {}, is_v1)
         return ConnectorConfig(
             id=connector_id,
-            type=connector_type,  # type: ignore[arg-type]
+            # An invalid type is kept as written (the load fails with its issue, and the pipeline's checks
+            # see no source or destination in it).
+            type=cast(ConnectorType, connector_type),
             plugin=plugin,
             settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             name=self.get_str(node, "name", path) or connector_id,

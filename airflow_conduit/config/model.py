@@ -15,6 +15,7 @@ from .settings import LogDestinationSettings
 from .spec import PluginSettings, PluginSpec
 
 ConnectorType = Literal["source", "destination"]
+PipelineStatus = Literal["running", "stopped"]
 S = TypeVar("S", bound=PluginSettings)
 """The plugin's settings model: ``ProcessorConfig[FieldSetSettings]`` is what ``field.set`` gets."""
 
@@ -96,7 +97,7 @@ class DLQConfig:
 @dataclass(frozen=True)
 class PipelineConfig:
     id: str
-    status: Literal["running", "stopped"] = "running"
+    status: PipelineStatus = "running"
     name: str = ""
     description: str = ""
     connectors: tuple[ConnectorConfig, ...] = ()

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.config.registry import BUILTIN

@@ -30,7 +30,7 @@ from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, read_dlq
 from airflow_conduit.errors import EXIT_STOPPED
 from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.record import position_text
-from airflow_conduit.state import PipelineState, current_user
+from airflow_conduit.state import ExitPayload, PipelineState, RunRecords, current_user
 
 SOURCE_ID = "replay-dlq"
 UNWRAP_ID = "replay-unwrap"
@@ -235,28 +235,30 @@ def replay_dlq(
     before = replay_status(paths)
     if plan.to_queue:
         queue(paths, plan.to_queue)
-    payload: dict[str, Any] | None = None
+    ran: ExitPayload | None = None
     if plan.to_queue or plan.pending:
         session = spark() if callable(spark) else spark
-        payload = run_pipeline(
-            session, replay_pipeline(pipeline, paths.inbox), paths.root, RunOptions(until_idle=True)
+        ran = ExitPayload.from_dict(
+            run_pipeline(
+                session, replay_pipeline(pipeline, paths.inbox), paths.root, RunOptions(until_idle=True)
+            )
         )
     after = replay_status(paths)
     newly = after.succeeded - before.succeeded
     _record_replayed(paths, sorted(newly))
-    records = (payload or {}).get("records") or {}
+    records = ran.counters if ran is not None else RunRecords()
     # Failed entries are queued again above, so those failed now failed in this run.
     failed_again = len(after.failed)
     summary.update(
         {
             "replayed": len(after.processed_lines - before.processed_lines),
-            "delivered": len(newly) - int(records.get("filtered", 0)),
-            "filtered": int(records.get("filtered", 0)),
+            "delivered": len(newly) - records.filtered,
+            "filtered": records.filtered,
             "failed_again": failed_again,
             "remaining": len(after.pending),
-            "written": records.get("written", {}),
-            "exit_code": payload["exit_code"] if payload else EXIT_STOPPED,
-            "error": (payload or {}).get("error"),
+            "written": dict(records.written),
+            "exit_code": ran.exit_code if ran is not None else EXIT_STOPPED,
+            "error": ran.error.to_dict() if ran is not None and ran.error is not None else None,
             "replay_dlq": str(paths.replay_state.dlq_dir),
         }
     )

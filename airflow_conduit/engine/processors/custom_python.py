@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import orjson
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -113,7 +113,7 @@ class _Batch:
     """Column lists of one Arrow batch, updated in place row by row."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
-        import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
+        import pyarrow.compute as pc
 
         self.columns = batch.to_pydict()
         self._data = [

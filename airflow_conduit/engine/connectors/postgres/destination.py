@@ -60,8 +60,8 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
-import pyarrow.compute as pc  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from itertools import islice
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
 
 from airflow_conduit.engine.connectors.postgres.decoding import Change, Column, columns_json
 from airflow_conduit.engine.connectors.postgres.tables import Table

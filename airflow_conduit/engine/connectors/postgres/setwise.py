@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
 
 from airflow_conduit.engine.connectors.postgres._common import is_data_error, redact
 from airflow_conduit.engine.connectors.postgres.staging import Layout, summaries

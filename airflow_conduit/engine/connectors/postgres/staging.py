@@ -24,7 +24,7 @@ from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type information
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -312,7 +312,7 @@ def csv_rows(rows: pa.Table | pa.RecordBatch, columns: Sequence[str]) -> memoryv
 
     Arrow writes it, every non-null value quoted so that an empty string stays distinct from NULL.
     """
-    import pyarrow.csv as pa_csv  # type: ignore[import-untyped]  # pyarrow ships no type information
+    import pyarrow.csv as pa_csv
 
     buffer = io.BytesIO()
     options = pa_csv.WriteOptions(include_header=False, quoting_style="all_valid")
