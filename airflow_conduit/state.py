@@ -40,6 +40,7 @@ from airflow_conduit.errors import (
     classify_exit_code,
 )
 from airflow_conduit.files import write_atomic
+from airflow_conduit.record import position_text
 
 DEFAULT_STATE_DIR = ".conduit"
 
@@ -472,7 +473,7 @@ class PipelineState:
         entry = {
             "time": utc_now(),
             "position": base64.b64encode(position).decode("ascii"),
-            "position_text": position.decode(errors="replace"),
+            "position_text": position_text(position),
             "source": source,
             "reason": reason,
             "user": user,

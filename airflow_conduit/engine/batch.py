@@ -43,6 +43,7 @@ from airflow_conduit.record import (
     STATE_OPEN,
     STATE_TRANSIENT,
     opencdc_struct_sql,
+    position_text,
 )
 from airflow_conduit.state import PipelineState
 
@@ -195,10 +196,6 @@ class _Verdict:
     """The DLQ window before and after this batch, saved once it is published (``None``: no window)."""
     logged_decision: bool
     """The decision is in the decision log (now or by a former attempt): removed once all published."""
-
-
-def position_text(value: Any) -> str:
-    return bytes(value).decode(errors="replace") if value is not None else ""
 
 
 class BatchProcessor:
@@ -544,7 +541,7 @@ class BatchProcessor:
                         f"DLQ nack threshold exceeded ({verdict.nacks_in_window}/"
                         f"{config.window_nack_threshold} nacks in the last {config.window_size} records) "
                         "at record position "
-                        f"{position_text(rejected.position)}, original error: {rejected.error}"
+                        f"{position_text(rejected.position) or ''}, original error: {rejected.error}"
                     ),
                     node=rejected.node,
                 )
@@ -604,8 +601,8 @@ class BatchProcessor:
         counters = self.counters
         ordered = sorted(nack_rows, key=lambda r: r._seq)
         if counters.dlq_first_position is None:
-            counters.dlq_first_position = position_text(ordered[0].position)
-        counters.dlq_last_position = position_text(ordered[-1].position)
+            counters.dlq_first_position = position_text(ordered[0].position) or ""
+        counters.dlq_last_position = position_text(ordered[-1].position) or ""
         counters.dlq_errors.update(r._error or "" for r in ordered)
 
     def _account(

@@ -25,7 +25,7 @@ from airflow_conduit.config.model import ConnectorConfig, PipelineConfig
 from airflow_conduit.config.registry import BUILTIN
 from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.offsets import OffsetLog, OffsetLogError
-from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS, SOURCE_TYPES
+from airflow_conduit.record import META_SOURCE_CONNECTOR, SOURCE_DEFAULTS, SOURCE_TYPES, position_text
 from airflow_conduit.state import PipelineState
 
 # A source's stream reader (its plugin is ``inspectable``) may add two methods for ``inspect``:
@@ -45,7 +45,7 @@ class InspectedRecord:
 
     @property
     def position_text(self) -> str:
-        return self.position.decode(errors="replace")
+        return position_text(self.position) or ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
