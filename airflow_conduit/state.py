@@ -9,6 +9,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     status.json     current status, counters, last error, recovery attempt
     audit.jsonl     one event per line: started, fault, recovering, restarted, degraded, stopped
     exit.json       the exit payload of the last run
+    batches.jsonl   one line per committed micro-batch: counts, time, source lag (``batch_log.py``)
     dlq/            the DLQ records of every run, OpenCDC JSON lines (the queryable DLQ store)
     window.json     the DLQ nack window, carried across batches and runs
     decisions/      a decided micro-batch until every output published it (engine/decisions.py)
@@ -379,6 +380,11 @@ class PipelineState:
     @property
     def exit_file(self) -> Path:
         return self.root / "exit.json"
+
+    @property
+    def batches_file(self) -> Path:
+        """The per-batch history (:mod:`airflow_conduit.batch_log`)."""
+        return self.root / "batches.jsonl"
 
     @property
     def dlq_dir(self) -> Path:
