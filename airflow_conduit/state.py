@@ -65,9 +65,16 @@ def parse_time(value: str | datetime) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+USER_ENV = "CONDUIT_USER"
+"""Names the person a process acts for, for the audit log: set by the Airflow UI on the replay it starts
+for a signed-in user (the process itself runs as the API server's system user)."""
+
+
 def current_user() -> str:
-    """Who runs this process, for the audit log (``ack``, ``replay``); empty when the system cannot say
-    (a container's uid without a passwd entry)."""
+    """Who runs this process, for the audit log (``ack``, ``replay``): ``$CONDUIT_USER`` when set, else the
+    system user; empty when the system cannot say (a container's uid without a passwd entry)."""
+    if named := os.environ.get(USER_ENV, "").strip():
+        return named
     try:
         return getpass.getuser()
     except (KeyError, OSError):
