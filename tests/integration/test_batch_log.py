@@ -3,12 +3,15 @@ the file source's lag, and where a run came from (the ``started`` event and ``st
 
 from __future__ import annotations
 
+import json
 import os
 
+import psycopg
 import pytest
 
 from airflow_conduit.batch_log import read_batches
 from airflow_conduit.config import load_pipeline_text
+from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
 from airflow_conduit.engine.job import RunOptions
 from airflow_conduit.engine.runner import run_pipeline
 from airflow_conduit.state import PipelineState, parse_time
@@ -118,9 +121,8 @@ pipelines:
   - id: origin
     connectors:
       - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 5}}
-      - {id: out, type: destination, plugin: builtin:file, settings: {path: "%s/out"}}
-"""
-        % tmp_path
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: "TMP/out"}}
+""".replace("TMP", str(tmp_path))
     )
     config = load_pipeline_text(pipeline_file.read_text(), str(pipeline_file)).pipelines[0]
     options = RunOptions(until_idle=True, pipeline_file=str(pipeline_file))
@@ -156,3 +158,52 @@ pipelines:
     status = state.read_status()
     assert status is not None and status["status"] == "stopped"
     assert (status["file"], status["master"], status["airflow"]) == (str(pipeline_file), "local[2]", airflow)
+
+
+PG_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: pg-lag
+    connectors:
+      - id: pg
+        type: source
+        plugin: builtin:postgres
+        settings: {url: "URL", tables: items, logrepl.slotName: lagslot, maxRecordsPerBatch: 2}
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}
+"""
+
+
+def test_postgres_source_lag_is_the_wal_after_each_batch(pg, run_yaml, tmp_path):
+    url = pg.create_database("pg_lag")
+
+    def wal_now() -> int:
+        with psycopg.connect(url, autocommit=True) as conn:
+            return lsn_to_int(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE items (id int PRIMARY KEY, pad text)")
+        conn.execute("INSERT INTO items VALUES (0, 'snapshot')")
+    text = PG_PIPELINE.replace("URL", url)
+    first = run_yaml(text)
+    assert first["exit_code"] == 0 and first["records"]["read"] == 1, first
+    with psycopg.connect(url, autocommit=True) as conn:
+        for i in range(1, 7):  # six transactions of ~3 kB of WAL each (random: no compression)
+            conn.execute("INSERT INTO items VALUES (%s, %s)", (i, os.urandom(1500).hex()))
+    low = wal_now()
+    second = run_yaml(text)
+    high = wal_now()
+    assert second["exit_code"] == 0 and second["records"]["read"] == 6, second
+
+    state = PipelineState(tmp_path / "state", "pg-lag")
+    entries = [e for e in read_batches(state) if e.run_started_at == second["started_at"]]
+    assert len(entries) == second["batches"] == 3
+    offsets = state.checkpoint_dir / "offsets"
+    for entry in entries:
+        lag = entry.lag["pg-lag:pg"]
+        assert lag.unit == "WAL bytes"
+        end = json.loads((offsets / str(entry.batch)).read_text().splitlines()[-1])
+        assert end["phase"] == "cdc"
+        # The WAL from the batch's end LSN to the server's, taken between the two readings.
+        assert low - lsn_to_int(end["lsn"]) <= lag.value <= high - lsn_to_int(end["lsn"])
+    values = [e.lag["pg-lag:pg"].value for e in entries]
+    assert values[0] > values[1] > values[2] and values[0] - values[2] >= 4 * 1500
