@@ -1035,14 +1035,20 @@
       });
   };
 
+  /** The latest ``replayed`` audit event in words (its ``text`` when the API gives one). */
   function replayedText(last) {
     if (!last) return "";
     if (last.text) return last.text;
-    var bits = [];
-    ["replayed", "records", "written", "dlq", "status", "user"].forEach(function (k) {
-      if (last[k] !== undefined && last[k] !== null) bits.push(k + " " + (typeof last[k] === "object" ? JSON.stringify(last[k]) : last[k]));
-    });
-    return bits.join(", ");
+    var parts = [];
+    if (typeof last.replayed === "number") parts.push(num(last.replayed) + " record" + (last.replayed === 1 ? "" : "s") + " replayed");
+    if (typeof last.delivered === "number") parts.push(num(last.delivered) + " delivered");
+    if (typeof last.failed_again === "number") parts.push(num(last.failed_again) + " failed again");
+    if (typeof last.filtered === "number" && last.filtered) parts.push(num(last.filtered) + " filtered");
+    if (typeof last.remaining === "number" && last.remaining) parts.push(num(last.remaining) + " still pending");
+    var text = parts.join(", ");
+    if (last.user) text += " (by " + last.user + ")";
+    if (last.error) text += "; error: " + (typeof last.error === "object" ? last.error.message || JSON.stringify(last.error) : last.error);
+    return text;
   }
 
   Dlq.prototype.pollReplay = function () {
