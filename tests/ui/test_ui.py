@@ -13,6 +13,7 @@ import json
 import re
 import time
 from collections import Counter
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,33 @@ def code_of(entry: DLQEntry) -> str | None:
     return entry.error_code or entry.error
 
 
+def read_at(entry: DLQEntry) -> datetime:
+    """When the source read the failed record (its ``opencdc.readAt``, nanoseconds since the epoch)."""
+    nanos = int(entry.record["metadata"]["opencdc.readAt"])
+    return datetime.fromtimestamp(nanos / 1e9, UTC)
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    moment: datetime
+    """A whole second (a ``datetime-local`` input's precision) with entries on both sides."""
+    before: int
+    after: int
+
+
+def time_split(entries: list[DLQEntry]) -> TimeSplit:
+    """The whole second nearest the middle of the entries' read times that has entries on both sides."""
+    moments = sorted(read_at(e) for e in entries)
+    seconds = sorted({m.replace(microsecond=0) + timedelta(seconds=1) for m in moments[:-1]})
+    splits = [
+        TimeSplit(s, sum(1 for m in moments if m < s), sum(1 for m in moments if m >= s))
+        for s in seconds
+        if moments[0] < s <= moments[-1]
+    ]
+    assert splits, "the entries were all read within one second: no time filter to test"
+    return min(splits, key=lambda t: abs(t.before - t.after))
+
+
 def page_info_pattern(first: int, last: int, total: int) -> re.Pattern[str]:
     return re.compile(rf"^\s*{first:,}\D{{1,3}}{last:,} of {total:,}\s*$")
 
@@ -95,9 +123,9 @@ def background(target: Any) -> tuple[float, str]:
     return 0.2126 * r + 0.7152 * g + 0.0722 * b, painted["css"]
 
 
-def shoot(page: Any, artifacts: Path, name: str) -> Path:
+def shoot(page: Any, artifacts: Path, name: str, *, full_page: bool = True) -> Path:
     path = artifacts / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path), full_page=full_page)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return path
 
@@ -234,10 +262,14 @@ def test_events_are_rows_of_words(world, context, pipeline):
 
 
 # DLQ browser ---------------------------------------------------------------------------------------
-def test_dlq_browser_filters_by_code_and_time_and_pages(world, context):
+def test_dlq_browser_filters_by_code_and_time_and_pages(world, browser, storage_state):
     entries = read_dlq(state_of(world, "orders").dlq_dir)
     codes = Counter(code_of(e) for e in entries)
     assert len(codes) == 2
+    # Times on the page are UTC: a browser in another zone must not shift the filter.
+    context = browser.new_context(
+        storage_state=storage_state, viewport={"width": 1400, "height": 1000}, timezone_id="Asia/Kolkata"
+    )
     page = open_pipeline(context, world, "orders")
     info, rows = page.locator("#dlq-page-info"), page.locator("#dlq tr.dlq-row")
     expect(info).to_have_text(page_info_pattern(1, 50, len(entries)), timeout=WAIT)
@@ -261,20 +293,21 @@ def test_dlq_browser_filters_by_code_and_time_and_pages(world, context):
     expect(info).to_have_text(page_info_pattern(1, 50, count))
     assert [r.get_attribute("data-id") for r in rows.all()] == first_page
 
-    # Time: nothing was dead-lettered after tomorrow; everything before it.
-    tomorrow = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")
-    page.locator("#dlq-since").fill(tomorrow)
+    # Time, in UTC whatever the browser's zone: the entries the source read from a second on, and before it.
+    split = time_split([e for e in entries if code_of(e) == code])
+    page.locator("#dlq-since").fill(split.moment.strftime("%Y-%m-%dT%H:%M:%S"))
     page.locator("#dlq-apply").click()
-    expect(rows).to_have_count(0)
-    expect(info).to_have_text(re.compile(r"\b0 of 0\b"))
+    expect(info).to_have_text(page_info_pattern(1, min(50, split.after), split.after))
     page.locator("#dlq-since").fill("")
-    page.locator("#dlq-until").fill(tomorrow)
+    page.locator("#dlq-until").fill(split.moment.strftime("%Y-%m-%dT%H:%M:%S"))
     page.locator("#dlq-apply").click()
-    expect(info).to_have_text(page_info_pattern(1, 50, count))
+    expect(info).to_have_text(page_info_pattern(1, min(50, split.before), split.before))
+    page.locator("#dlq-until").fill("")
     page.locator("#dlq-code").select_option("")
     page.locator("#dlq-apply").click()
     expect(info).to_have_text(page_info_pattern(1, 50, len(entries)))
     assert not page.js_errors
+    context.close()
 
 
 def test_dlq_record_opens_in_full(world, context, artifacts):
@@ -291,7 +324,7 @@ def test_dlq_record_opens_in_full(world, context, artifacts):
     assert contains(shown, entry.error)
     assert contains(shown, entry.record["payload"]["after"]), "the failed record's payload is not shown"
     assert contains(shown, position_text(entry.position)) or contains(shown, entry.position)
-    shoot(page, artifacts, "orders-dlq-record-light")
+    shoot(page, artifacts, "orders-dlq-record-light", full_page=False)
 
 
 def test_acknowledge_writes_the_audit_log_with_the_users_name(world, context):
@@ -323,6 +356,38 @@ def test_acknowledge_writes_the_audit_log_with_the_users_name(world, context):
     expect(page.locator(f'#dlq tr.dlq-row[data-id="{entry_id(entry)}"]')).to_have_attribute(
         "data-state", "acknowledged", timeout=WAIT
     )
+
+
+def test_acknowledge_inside_airflows_frame_asks_with_the_pages_own_dialog(world, context):
+    """Airflow frames external views without ``allow-modals``: ``window.confirm()`` would be ignored
+    there, so the page asks with its own dialog; Cancel writes nothing, OK acknowledges."""
+    state = state_of(world, "orders")
+    acked_before = len(events(state, "acked"))
+    page = context.new_page()
+    native: list[str] = []
+    page.on("dialog", lambda dialog: (native.append(dialog.type), dialog.dismiss()))
+    page.goto(f"{world.base}/plugin/conduit")
+    frame = page.frame_locator("iframe")
+    frame.locator('table#pipelines tr.pipeline-row[data-pipeline="orders"] a').first.click(timeout=120_000)
+    row = frame.locator('#dlq tr.dlq-row[data-state="pending"]').nth(1)
+    expect(row).to_be_visible(timeout=WAIT)
+    entry_key = row.get_attribute("data-id")
+    row.locator("input.dlq-select").check()
+    frame.locator("#dlq-reason").fill("test order")
+    frame.locator("#dlq-acknowledge").click()
+    expect(frame.locator("dialog#confirm")).to_be_visible()
+    frame.locator("#confirm-cancel").click()
+    expect(frame.locator("dialog#confirm")).to_be_hidden()
+    page.wait_for_timeout(1000)
+    assert len(events(state, "acked")) == acked_before, "Cancel acknowledged the record"
+    frame.locator("#dlq-acknowledge").click()
+    frame.locator("#confirm-ok").click()
+    acked = poll(lambda: events(state, "acked")[acked_before:], timeout=30, what="the acked audit event")
+    assert [e["user"] for e in acked] == [USER]
+    expect(frame.locator(f'#dlq tr.dlq-row[data-id="{entry_key}"]')).to_have_attribute(
+        "data-state", "acknowledged", timeout=WAIT
+    )
+    assert native == [], f"native dialogs in Airflow's frame: {native}"
 
 
 def test_replay_after_the_fix_reaches_the_destination_and_says_who(world, context, artifacts):
@@ -434,6 +499,9 @@ def test_pipeline_pages_follow_airflows_dark_theme(world, browser, storage_state
             expect(page.locator("#chart-throughput")).to_have_attribute("data-points", re.compile(r"\d+"))
             assert background(page)[0] < 0.25, background(page)
             shoot(page, artifacts, f"{pipeline}-dark")
+        page.locator("#dlq tr.dlq-row .dlq-position button").first.click()
+        expect(page.locator("dialog#dlq-record pre")).to_contain_text('"record"', timeout=WAIT)
+        shoot(page, artifacts, "payments-dlq-record-dark", full_page=False)
         light = open_pipeline(context, world, "orders")
         light.evaluate("window.localStorage.setItem('theme', 'light')")
         light.reload()
@@ -443,18 +511,26 @@ def test_pipeline_pages_follow_airflows_dark_theme(world, browser, storage_state
         context.close()
 
 
-def test_the_task_instances_tab_in_airflow_frames_the_pipeline_page(world, context, artifacts):
+def test_the_task_instances_tab_in_airflow_frames_the_pipeline_page(world, browser, storage_state, artifacts):
     """Airflow's own task instance page, its "Conduit pipeline" tab (an external view): the pipeline."""
     run_id = world.dag_run["run_id"]
-    page = context.new_page()
-    page.goto(f"{world.base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/{TASK_ID}")
-    tab = page.get_by_role("link", name=re.compile("Conduit pipeline", re.I)).or_(
-        page.get_by_role("tab", name=re.compile("Conduit pipeline", re.I))
-    )
-    tab.first.click(timeout=120_000)
-    frame = page.frame_locator("iframe")
-    expect(frame.locator("#timeline .timeline-run").first).to_be_attached(timeout=WAIT)
-    inner = next(f for f in page.frames if "/conduit/" in f.url)
-    assert "/conduit/pipelines/payments" in inner.url
-    page.wait_for_timeout(500)
-    shoot(page, artifacts, "airflow-task-instance-tab-light")
+    for theme in ("light", "dark"):
+        context = browser.new_context(storage_state=storage_state, viewport={"width": 1400, "height": 1000})
+        try:
+            set_airflow_theme(context, world, theme)
+            page = context.new_page()
+            page.goto(f"{world.base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/{TASK_ID}")
+            tab = page.get_by_role("link", name=re.compile("Conduit pipeline", re.I)).or_(
+                page.get_by_role("tab", name=re.compile("Conduit pipeline", re.I))
+            )
+            tab.first.click(timeout=120_000)
+            frame = page.frame_locator("iframe")
+            expect(frame.locator("#timeline .timeline-run").first).to_be_attached(timeout=WAIT)
+            inner = next(f for f in page.frames if "/conduit/" in f.url)
+            assert "/conduit/pipelines/payments" in inner.url
+            shade, css = background(inner)
+            assert shade < 0.25 if theme == "dark" else shade > 0.75, (theme, css)
+            page.wait_for_timeout(500)
+            shoot(page, artifacts, f"airflow-task-instance-tab-{theme}")
+        finally:
+            context.close()
