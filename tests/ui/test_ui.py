@@ -4,7 +4,9 @@ The fixtures (conftest.py) run ``orders`` with the CLI (eight batches, a DLQ of 
 records with two error codes) and ``payments`` with ``dag.test()`` of a DAG whose operator recovered it
 once. Every expected number is read back from that state (``batches.jsonl``, the audit log, the DLQ)
 through the project's own readers, never written into the test. The tests that act (acknowledge,
-replay) come last: the ones before them see the state as the runs left it.
+replay) come after those that read the DLQ, which see it as the runs left it; the Airflow-side tests
+after them read nothing the actions change. Screenshots of each view, light and dark, go to
+tests/ui/artifacts/ (gitignored).
 """
 
 from __future__ import annotations
