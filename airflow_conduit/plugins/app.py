@@ -79,6 +79,26 @@ CurrentUser = Annotated[Any, Depends(require_user)]
 """The signed-in Airflow user (FastAPI runs ``require_user`` once per request, app-wide and here)."""
 
 
+def may_act_on(state: PipelineState, user: Any) -> None:
+    """403 unless ``user`` may edit the DAG that ran the pipeline (any DAG when no DAG ran it).
+
+    Acknowledging or replaying records changes what reaches the destinations, as clearing a task would,
+    so a viewer of the page may not; the auth manager in use decides (``is_authorized_dag``, ``PUT``).
+    """
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagDetails
+
+    started = ov.latest_event(state, "started") or {}
+    dag_id = (started.get("airflow") or {}).get("dag_id")
+    if not get_auth_manager().is_authorized_dag(method="PUT", details=DagDetails(id=dag_id), user=user):
+        what = f"DAG {dag_id!r}" if dag_id else "DAGs"
+        raise HTTPException(
+            status_code=403,
+            detail=f"{user_name(user) or 'this user'} may not edit {what}: "
+            f"acknowledging or replaying DLQ records of {state.pipeline_id!r} needs that permission",
+        )
+
+
 def user_name(user: Any) -> str:
     """The Airflow user's name for the audit log (``get_name()``, as Airflow's auth managers give it)."""
     try:
@@ -210,6 +230,7 @@ def dlq_acknowledge(
 ) -> dict[str, Any]:
     """Acknowledge DLQ entries: never written, never replayed; the audit log says who and why."""
     state = _pipeline(pipeline_id, state_dir)
+    may_act_on(state, user)
     try:
         written = dlq_browser.acknowledge(state, body.ids, reason=body.reason, user=user_name(user))
     except KeyError as missing:
@@ -241,6 +262,7 @@ def dlq_replay(
 ) -> dict[str, Any]:
     """Start ``airflow-conduit replay`` for the pipeline in the background, as the signed-in user."""
     state = _pipeline(pipeline_id, state_dir)
+    may_act_on(state, user)
     try:
         started = replays.start(state, user=user_name(user))
     except replays.ReplayRefused as refused:

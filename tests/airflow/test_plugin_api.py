@@ -33,31 +33,40 @@ PIPELINE_FILE = (
 )
 
 
-class AirflowUser:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def get_name(self) -> str:
-        return self.name
-
-
 @pytest.fixture
 def state_dir(tmp_path) -> Path:
     return tmp_path / "state"
 
 
-@pytest.fixture
-def client(state_dir, monkeypatch) -> Iterator[object]:
+def signed_in(name: str, role: str) -> Iterator[object]:
+    """A client of the plugin's app signed in as ``name`` with a simple auth manager ``role``: the real
+    auth manager decides what the user may do, only the sign-in is skipped."""
+    from airflow.api_fastapi.app import create_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi.testclient import TestClient
 
     from airflow_conduit.plugins.app import app, require_user
 
-    monkeypatch.setenv("AIRFLOW__CONDUIT__STATE_DIRS", str(state_dir))
-    app.dependency_overrides[require_user] = lambda: AirflowUser("alice")
+    create_auth_manager()
+    app.dependency_overrides[require_user] = lambda: SimpleAuthManagerUser(username=name, role=role)
     try:
         yield TestClient(app)
     finally:
         app.dependency_overrides.pop(require_user, None)
+
+
+@pytest.fixture
+def client(state_dir, monkeypatch) -> Iterator[object]:
+    monkeypatch.setenv("AIRFLOW__CONDUIT__STATE_DIRS", str(state_dir))
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    yield from signed_in("alice", "user")
+
+
+@pytest.fixture
+def viewer(state_dir, monkeypatch) -> Iterator[object]:
+    monkeypatch.setenv("AIRFLOW__CONDUIT__STATE_DIRS", str(state_dir))
+    monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS", "False")
+    yield from signed_in("victor", "viewer")
 
 
 @pytest.fixture
@@ -176,6 +185,18 @@ def test_acknowledge_writes_the_audit_log_with_the_airflow_user(client, state):
         client.post("/api/pipelines/orders/dlq/acknowledge", json={"ids": [], "reason": ""}).status_code
         == 422
     )
+
+
+def test_a_viewer_may_look_but_not_acknowledge_or_replay(viewer, state):
+    write_dlq(state, "part-0.jsonl", [dlq_line("orders", "7", "A", T0)])
+    state.audit("started", mode="until_idle", file=None, master=None, airflow={"dag_id": "shop"})
+    assert viewer.get("/api/pipelines/orders/dlq").json()["total"] == 1
+    acked = viewer.post("/api/pipelines/orders/dlq/acknowledge", json={"ids": ["part-0.jsonl:0"]})
+    replayed = viewer.post("/api/pipelines/orders/dlq/replay", json={})
+    assert (acked.status_code, replayed.status_code) == (403, 403)
+    assert "victor may not edit DAG 'shop'" in acked.json()["detail"]
+    assert state.read_acked() == []
+    assert [e["event"] for e in state.read_audit()] == ["started"]
 
 
 def test_replay_is_refused_when_the_file_is_unknown_or_one_runs(client, state, tmp_path):
