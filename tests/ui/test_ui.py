@@ -412,8 +412,10 @@ def test_replay_after_the_fix_reaches_the_destination_and_says_who(world, contex
 
     world.reject_flag.unlink()  # the cause is fixed: the processor passes these records now
     page.locator("#dlq-replay").click()
-    expect(page.locator("#dlq-status")).to_contain_text(re.compile("replay", re.I), timeout=WAIT)
-    (requested,) = events(state, "replay_requested")
+    # The status says "Starting the replay..." before the request is sent: wait for the audit event itself.
+    (requested,) = poll(
+        lambda: events(state, "replay_requested"), timeout=60, interval=0.5, what="replay_requested"
+    )
     assert requested["user"] == USER
 
     def finished() -> dict[str, Any] | None:
