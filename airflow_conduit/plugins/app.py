@@ -26,7 +26,6 @@ Airflow user (the UI's session cookie or a bearer token), as Airflow's own API d
 
 from __future__ import annotations
 
-import html
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -385,17 +384,8 @@ def airflow_run(
     found = ov.pipeline_run_by(ov.find_pipelines(configured_state_dirs()), context)
     if found is not None:
         return RedirectResponse(pipeline_href(request, found), status_code=307)
-    where = " ".join(
-        f"{name} <code>{html.escape(value)}</code>"
-        for name, value in (("DAG", dag_id), ("run", run_id), ("task", task_id))
-        if value
+    where = [(name, value) for name, value in (("DAG", dag_id), ("run", run_id), ("task", task_id)) if value]
+    page = templates.get_template("no_pipeline.html").render(
+        **boot(request), title="No Conduit pipeline", where=where
     )
-    index_href = html.escape(request.url_for("index").path)
-    return HTMLResponse(
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>No Conduit pipeline</title>'
-        f'<link rel="stylesheet" href="{html.escape(boot(request)["static_url"])}conduit.css"></head>'
-        f'<body><p class="no-pipeline">No Conduit pipeline ran in {where} (no run in the state dirs '
-        f"recorded this Airflow context).</p>"
-        f'<p><a href="{index_href}">All Conduit pipelines</a></p></body></html>',
-        status_code=404,
-    )
+    return HTMLResponse(page, status_code=404)
