@@ -295,26 +295,14 @@ def source_id(entry: DLQEntry, pipeline_id: str) -> str | None:
 
 
 def acknowledged(state: PipelineState, entries: Iterable[DLQEntry]) -> set[str]:
-    """The ids (:func:`entry_id`) of the ``entries`` whose position was acknowledged
-    (:meth:`PipelineState.ack`): of their own source, or of any source. The engine skips those records
-    when a source reads them again, and a replay never sends them."""
-    acks: dict[bytes, set[str | None]] = {}
-    for ack in state.read_acked():
-        try:
-            position = base64.b64decode(ack["position"], validate=True)
-        except (KeyError, TypeError, binascii.Error, ValueError):
-            continue
-        acks.setdefault(position, set()).add(ack.get("source"))
-    if not acks:
-        return set()
-    found = set()
-    for entry in entries:
-        sources = acks.get(entry.position_bytes or b"")
-        if sources is None:
-            continue
-        if None in sources or source_id(entry, state.pipeline_id) in sources:
-            found.add(entry_id(entry))
-    return found
+    """The ids (:func:`entry_id`) of the ``entries`` acknowledged as DLQ entries (:meth:`PipelineState.ack`
+    with ``dlq_entry``: the UI's DLQ browser): a replay never sends them.
+
+    An ack of a poison record's position alone (``airflow-conduit ack``) does not count: it lets the
+    pipeline past the record, and replaying its DLQ entry once the cause is fixed stays possible.
+    """
+    named = {ack["dlq_entry"] for ack in state.read_acked() if isinstance(ack.get("dlq_entry"), str)}
+    return {entry_id(entry) for entry in entries} & named if named else set()
 
 
 def replay_line(entry: DLQEntry, failed: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -479,10 +479,21 @@ class PipelineState:
 
     # acknowledged poison records ----------------------------------------------------------------
     def ack(
-        self, position: bytes, *, reason: str = "", user: str = "", source: str | None = None
+        self,
+        position: bytes,
+        *,
+        reason: str = "",
+        user: str = "",
+        source: str | None = None,
+        dlq_entry: str | None = None,
     ) -> dict[str, Any]:
         """Acknowledge the record at ``position`` without writing it (of ``source`` only, or of any
-        source); one line appended to ``acked.jsonl`` and an ``acked`` audit event."""
+        source); one line appended to ``acked.jsonl`` and an ``acked`` audit event.
+
+        :param dlq_entry: the DLQ entry acknowledged (``FILE:LINE``, the UI's DLQ browser): a replay never
+            sends that entry. An ack without one (``airflow-conduit ack`` of a poison record) only lets
+            the pipeline past the record; a replay after the fix still delivers its DLQ entry.
+        """
         entry = {
             "time": utc_now(),
             "position": base64.b64encode(position).decode("ascii"),
@@ -491,10 +502,13 @@ class PipelineState:
             "reason": reason,
             "user": user,
         }
+        if dlq_entry is not None:
+            entry["dlq_entry"] = dlq_entry
         self.root.mkdir(parents=True, exist_ok=True)
         with self.acked_file.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
-        self.audit("acked", position=entry["position_text"], source=source, reason=reason, user=user)
+        extra = {"dlq_entry": dlq_entry} if dlq_entry is not None else {}
+        self.audit("acked", position=entry["position_text"], source=source, reason=reason, user=user, **extra)
         return entry
 
     def read_acked(self) -> list[dict[str, Any]]:

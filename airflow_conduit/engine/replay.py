@@ -9,8 +9,9 @@ record, its ``.Payload.After``. Everything lives under ``STATE/PIPELINE/replay/`
     PIPELINE/         the replay's own state dir: checkpoint, DLQ (records that failed again), audit log
     replayed.jsonl    the DLQ entries replayed successfully: a later replay skips them
 
-DLQ entries whose position was acknowledged (``airflow-conduit ack``, the UI's acknowledge button;
-``acked.jsonl``) are never queued: someone decided that record is not to be written.
+DLQ entries acknowledged as such (the UI's acknowledge button: ``acked.jsonl`` lines naming the entry) are
+never queued: someone decided that record is not to be written. A poison record's ack
+(``airflow-conduit ack``) names no entry: its DLQ entry is replayed once the cause is fixed.
 
 The replay checkpoint makes a repeated replay resume where the last one stopped, so nothing is written
 twice; a DLQ entry is identified by its DLQ file and line. Entries that fail again land in the replay's
@@ -92,7 +93,7 @@ class ReplayPlan:
     already_replayed: int
     dlq_records: int
     acknowledged: int = 0
-    """Entries left out because their position was acknowledged (and not replayed before)."""
+    """Entries left out because they were acknowledged as DLQ entries (and not replayed before)."""
 
 
 def plan_replay(paths: ReplayPaths) -> ReplayPlan:

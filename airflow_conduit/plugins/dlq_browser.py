@@ -7,8 +7,8 @@ them. An entry is
 
 - ``replayed`` once a replay delivered it (:func:`airflow_conduit.replay_state.replay_status`:
   ``replay/replayed.jsonl`` and the replay's checkpoint);
-- ``acknowledged`` when its position was acknowledged (``acked.jsonl``) and it was not replayed before:
-  a replay skips it;
+- ``acknowledged`` when it was acknowledged as a DLQ entry (``acked.jsonl`` lines naming it) and it was
+  not replayed before: a replay skips it;
 - ``pending`` otherwise (never replayed, queued, or failed again in a replay).
 
 An entry's time is when its source read the failed record (``opencdc.readAt``), else its DLQ file's
@@ -200,9 +200,10 @@ def find(state: PipelineState, ids: list[str]) -> tuple[list[DLQEntry], list[str
 
 
 def acknowledge(state: PipelineState, ids: list[str], *, reason: str, user: str) -> list[dict[str, Any]]:
-    """Acknowledge the entries ``ids`` (:meth:`PipelineState.ack` of each position, for its own source):
-    the engine skips those records if a source reads them again and a replay never sends them. Entries
-    already acknowledged are not acknowledged twice. Returns the ``acked.jsonl`` lines written.
+    """Acknowledge the entries ``ids`` (:meth:`PipelineState.ack` of each position, for its own source,
+    naming the entry): the engine skips those records if a source reads them again and a replay never
+    sends those entries. Entries already acknowledged are not acknowledged twice. Returns the
+    ``acked.jsonl`` lines written.
 
     :raises KeyError: an id the DLQ does not hold (nothing is acknowledged then)
     """
@@ -210,12 +211,12 @@ def acknowledge(state: PipelineState, ids: list[str], *, reason: str, user: str)
     if missing:
         raise KeyError(", ".join(missing))
     done = dlq_tools.acknowledged(state, entries)
-    acked: set[tuple[bytes, str | None]] = set()  # a record nacked in two runs has two entries, one ack
     written = []
     for entry in entries:
         position, source = entry.position_bytes, dlq_tools.source_id(entry, state.pipeline_id)
-        if entry_id(entry) in done or position is None or (position, source) in acked:
+        if entry_id(entry) in done or position is None:
             continue
-        written.append(state.ack(position, source=source, reason=reason, user=user))
-        acked.add((position, source))
+        written.append(
+            state.ack(position, source=source, reason=reason, user=user, dlq_entry=entry_id(entry))
+        )
     return written

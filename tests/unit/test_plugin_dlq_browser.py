@@ -100,10 +100,14 @@ def test_lookup_and_states(state):
         dlq_browser.acknowledge(state, ["part-9.jsonl:0"], reason="", user="x")
 
 
-def test_an_ack_of_another_source_does_not_count(state):
-    state.ack(b"in.jsonl:5", source="other", reason="", user="")
+def test_a_poison_record_ack_leaves_its_dlq_entry_pending(state):
+    """``airflow-conduit ack`` lets a pipeline past a record; replaying its DLQ entry after the fix stays
+    possible (tests/integration/test_operator_tools.py runs that workflow end to end)."""
+    state.ack(b"in.jsonl:5", source=None, reason="", user="")
+    state.ack(b"in.jsonl:5", source="in", reason="", user="")
     assert {r.id: r.state for r in dlq_browser.rows(state)}["part-0.jsonl:5"] == "pending"
-    state.ack(b"in.jsonl:5", source=None, reason="", user="")  # any source
+    assert plan_replay(ReplayPaths(state)).acknowledged == 0
+    state.ack(b"in.jsonl:5", source="in", reason="", user="", dlq_entry="part-0.jsonl:5")
     assert {r.id: r.state for r in dlq_browser.rows(state)}["part-0.jsonl:5"] == "acknowledged"
 
 
