@@ -116,11 +116,12 @@ class PipelineRun:
         return self
 
     def origin(self) -> dict[str, Any]:
-        """Where the run comes from: ``file`` (the pipeline file), ``master`` (the Spark master) and
-        ``airflow`` (the task instance that started it, from its ``AIRFLOW_CTX_*`` environment, else
-        ``None``)."""
+        """Where the run comes from: ``file`` (the pipeline file), ``cwd`` (the driver's working directory,
+        which relative paths in the file are read against), ``master`` (the Spark master) and ``airflow``
+        (the task instance that started it, from its ``AIRFLOW_CTX_*`` environment, else ``None``)."""
         return {
             "file": self.options.pipeline_file,
+            "cwd": os.getcwd(),
             "master": self.spark.sparkContext.master,
             "airflow": airflow_context(os.environ),
         }

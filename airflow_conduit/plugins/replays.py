@@ -1,8 +1,8 @@
 """The UI's replay button: ``airflow-conduit replay`` started in the background for a signed-in user
 (no FastAPI, no Airflow: the routes in ``app.py`` call it).
 
-The replay needs the pipeline file and the Spark master the pipeline ran with: both come from the latest
-``started`` audit event (the engine records ``file`` and ``master``). It runs as a child process of the API
+The replay needs the pipeline file, the Spark master and the working directory the pipeline ran with: they
+come from the latest ``started`` audit event (the engine records ``file``, ``master`` and ``cwd``). It runs as a child process of the API
 server with ``$CONDUIT_USER`` set to the Airflow user, so its ``replayed`` audit event names that user
 (:func:`airflow_conduit.state.current_user`). Its output goes to ``STATE/PIPELINE/replay.log``; while it
 runs, ``STATE/PIPELINE/replay.pid`` names it, and a second replay is refused.
@@ -118,8 +118,20 @@ def _how(state: PipelineState) -> str:
     )
 
 
-def plan(state: PipelineState) -> tuple[str, str]:
-    """The pipeline file and Spark master of the latest run; :class:`ReplayRefused` when unknown."""
+@dataclass(frozen=True)
+class ReplayPlan:
+    """What the latest run was started with, for a replay that means the same."""
+
+    pipeline_file: str
+    master: str
+    cwd: str
+    """The run's working directory: relative paths in the pipeline file (a file destination's ``path``)
+    are read against it. Runs that did not record one: the pipeline file's directory."""
+
+
+def plan(state: PipelineState) -> ReplayPlan:
+    """The pipeline file, Spark master and working directory of the latest run; :class:`ReplayRefused`
+    when the file or master is unknown or the file is not here."""
     started = latest_event(state, "started") or {}
     pipeline_file, master = started.get("file"), started.get("master")
     if not pipeline_file or not master:
@@ -133,7 +145,10 @@ def plan(state: PipelineState) -> tuple[str, str]:
             f"The pipeline file {pipeline_file} of the latest run of {state.pipeline_id} is not on the "
             f"Airflow API server: replay where the file is: {_how(state)}"
         )
-    return str(pipeline_file), str(master)
+    cwd = started.get("cwd")
+    if not cwd or not Path(cwd).is_dir():
+        cwd = str(Path(pipeline_file).parent)
+    return ReplayPlan(str(pipeline_file), str(master), str(cwd))
 
 
 def start(state: PipelineState, *, user: str) -> Replay:
@@ -150,16 +165,18 @@ def start(state: PipelineState, *, user: str) -> Replay:
                 f"A replay of {state.pipeline_id} is already running (pid {current.pid}, started{by} at "
                 f"{current.started_at}): wait for it to finish; its output is in {current.log}"
             )
-        pipeline_file, master = plan(state)
+        how = plan(state)
         env = dict(os.environ)
         if user:
             env[USER_ENV] = user
         # Spark's Python workers need this interpreter (DESIGN §5), as the API server has no Spark setup.
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         log = log_file(state)
-        argv = command(state, pipeline_file, master)
+        argv = command(state, how.pipeline_file, how.master)
         with log.open("wb") as out:
-            out.write(f"{utc_now()} {' '.join(argv)} (for {user or 'an unnamed user'})\n".encode())
+            out.write(
+                f"{utc_now()} in {how.cwd}: {' '.join(argv)} (for {user or 'an unnamed user'})\n".encode()
+            )
             out.flush()
             child = subprocess.Popen(  # noqa: S603 - our own CLI, arguments from the state dir
                 argv,
@@ -167,8 +184,8 @@ def start(state: PipelineState, *, user: str) -> Replay:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=env,
-                # Relative paths in the pipeline file's destinations mean what they meant beside it.
-                cwd=str(Path(pipeline_file).parent),
+                # Relative paths in the pipeline file mean what they meant in the run.
+                cwd=how.cwd,
                 start_new_session=True,
             )
         _children[child.pid] = child
@@ -181,6 +198,12 @@ def start(state: PipelineState, *, user: str) -> Replay:
         }
         pid_file(state).write_text(json.dumps(record) + "\n", encoding="utf-8")
     state.audit(
-        "replay_requested", user=user, pid=replay.pid, log=str(log), file=pipeline_file, master=master
+        "replay_requested",
+        user=user,
+        pid=replay.pid,
+        log=str(log),
+        file=how.pipeline_file,
+        master=how.master,
+        cwd=how.cwd,
     )
     return replay

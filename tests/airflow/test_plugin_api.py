@@ -232,17 +232,20 @@ def test_replay_runs_the_cli_as_the_airflow_user(client, state, tmp_path):
     """An empty DLQ: the real ``airflow-conduit replay`` starts, needs no Spark, and audits ``replayed``."""
     pipeline_file = tmp_path / "orders.yaml"
     pipeline_file.write_text(PIPELINE_FILE)
-    state.audit("started", mode="until_idle", file=str(pipeline_file), master="local[1]")
+    run_dir = tmp_path / "ran-here"  # not the file's directory: relative paths in the file mean this one
+    run_dir.mkdir()
+    state.audit("started", mode="until_idle", file=str(pipeline_file), cwd=str(run_dir), master="local[1]")
 
     response = client.post("/api/pipelines/orders/dlq/replay", json={})
     assert response.status_code == 200, response.text
     started = response.json()
     assert started["started"] is True and started["log"] == str(state.root / "replay.log")
     requested = state.read_audit()[-1]
-    assert (requested["event"], requested["user"], requested["pid"]) == (
+    assert (requested["event"], requested["user"], requested["pid"], requested["cwd"]) == (
         "replay_requested",
         "alice",
         started["pid"],
+        str(run_dir),
     )
 
     deadline = time.monotonic() + 120
@@ -254,6 +257,20 @@ def test_replay_runs_the_cli_as_the_airflow_user(client, state, tmp_path):
     assert (status["last"]["event"], status["last"]["user"]) == ("replayed", "alice")
     log = Path(started["log"]).read_text()
     assert f"replay {pipeline_file} --pipeline orders" in log and "--master local[1]" in log
+    assert f" in {run_dir}: " in log.splitlines()[0]
+
+
+def test_replay_of_a_run_without_a_cwd_runs_beside_the_file(client, state, tmp_path):
+    """Runs before the engine recorded ``cwd`` (or whose directory is gone): the file's directory."""
+    pipeline_file = tmp_path / "orders.yaml"
+    pipeline_file.write_text(PIPELINE_FILE)
+    state.audit("started", mode="until_idle", file=str(pipeline_file), cwd="/gone/away", master="local[1]")
+    assert client.post("/api/pipelines/orders/dlq/replay", json={}).status_code == 200
+    assert state.read_audit()[-1]["cwd"] == str(tmp_path)
+    deadline = time.monotonic() + 120
+    while client.get("/api/pipelines/orders/dlq/replay").json()["running"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
 
 
 def test_airflow_links_redirect_to_the_pipeline_that_ran_there(client, state_dir):

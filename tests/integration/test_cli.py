@@ -125,8 +125,9 @@ def test_run_until_idle_prints_the_exit_payload_last(pipeline_file, tmp_path):
     assert status[0]["counters"]["read"] == 1000
     assert [e["event"] for e in status[0]["last_events"]][-2:] == ["started", "stopped"]
     started = status[0]["last_events"][-2]
-    assert (started["file"], started["master"], started["airflow"]) == (
+    assert (started["file"], started["cwd"], started["master"], started["airflow"]) == (
         str(pipeline_file.resolve()),
+        os.getcwd(),  # the CLI ran in this process's directory; a UI replay runs there too
         "local[*]",
         None,
     )
