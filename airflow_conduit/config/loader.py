@@ -1,7 +1,7 @@
 """Load and validate a Conduit pipeline file into :mod:`.model`, collecting every issue with its line.
 
-YAML is loaded with a SafeLoader whose mappings and sequences remember the line of each key and item, so a
-problem in a field value is reported at the line of its key. ``${VAR}`` (and ``${VAR:-default}``) is
+YAML is read by :mod:`.yaml_source` (mappings and sequences that remember the line of each key and item, so
+a problem in a field value is reported at the line of its key; hostile files refused before expansion). ``${VAR}`` (and ``${VAR:-default}``) is
 replaced from the environment in string values before validation.
 """
 
@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
-
-import yaml
 
 from .errors import ConfigError, ConfigIssue
 from .fieldref import condition_to_sql
@@ -29,6 +27,7 @@ from .model import (
 from .registry import plugin_names, plugin_spec
 from .settings import CustomPythonSettings, check_python_function
 from .spec import PluginKind, PluginSettings, PluginSpec, validate_settings
+from .yaml_source import LineList, LineMap, check_size, max_file_bytes, parse
 
 KNOWN_VERSIONS = ("1.0", "1.1", "2.0", "2.1", "2.2")
 DEFAULT_DLQ_PLUGIN = "builtin:log"
@@ -42,61 +41,6 @@ _DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
 # Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 _ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-# --- YAML with line numbers ----------------------------------------------------------------------------
-
-
-class _LineMap(dict[Any, Any]):
-    """A YAML mapping that knows its own line and the line of each key (1-based)."""
-
-    line: int
-    key_lines: dict[Any, int]
-    duplicates: list[tuple[Any, int]]
-
-    def line_of(self, key: str) -> int:
-        return self.key_lines.get(key, self.line)
-
-
-class _LineList(list[Any]):
-    line: int
-    item_lines: list[int]
-
-
-class _Loader(yaml.SafeLoader):
-    pass
-
-
-def _construct_map(loader: _Loader, node: yaml.MappingNode) -> Iterator[_LineMap]:
-    result = _LineMap()
-    result.line = node.start_mark.line + 1
-    result.key_lines, result.duplicates = {}, []
-    yield result  # yielding first lets aliases refer to this mapping before it is filled
-    loader.flatten_mapping(node)  # resolves `<<` merge keys
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if not isinstance(key, str | int | float | bool) and key is not None:
-            key = str(key)
-        line = key_node.start_mark.line + 1
-        if key in result:
-            # PyYAML silently keeps the last duplicate; Conduit users deserve to hear about it.
-            result.duplicates.append((key, line))
-        result[key] = loader.construct_object(value_node, deep=True)
-        result.key_lines[key] = line
-
-
-def _construct_seq(loader: _Loader, node: yaml.SequenceNode) -> Iterator[_LineList]:
-    result = _LineList()
-    result.line = node.start_mark.line + 1
-    result.item_lines = []
-    yield result
-    for child in node.value:
-        result.append(loader.construct_object(child, deep=True))
-        result.item_lines.append(child.start_mark.line + 1)
-
-
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_map)
-_Loader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 
 def _join(path: str, key: Any) -> str:
@@ -128,12 +72,12 @@ class _Validator:
     # ---- environment substitution and duplicate keys (one pass over the raw tree) ----
 
     def substitute(self, node: Any, path: str, line: int) -> Any:
-        if isinstance(node, _LineMap):
+        if isinstance(node, LineMap):
             for key, dup_line in node.duplicates:
                 self.issue(_join(path, key), dup_line, f"duplicate key {key!r}")
             for key in list(node):
                 node[key] = self.substitute(node[key], _join(path, key), node.key_lines[key])
-        elif isinstance(node, _LineList):
+        elif isinstance(node, LineList):
             for i, item in enumerate(node):
                 node[i] = self.substitute(item, f"{path}[{i}]", node.item_lines[i])
         elif isinstance(node, str):
@@ -154,12 +98,12 @@ class _Validator:
 
     # ---- field helpers ----
 
-    def check_fields(self, node: _LineMap, path: str, allowed: tuple[str, ...]) -> None:
+    def check_fields(self, node: LineMap, path: str, allowed: tuple[str, ...]) -> None:
         for key in node:
             if key not in allowed:
                 self.issue(_join(path, key), node.line_of(key), f"unknown field {key!r}")
 
-    def get_str(self, node: _LineMap, key: str, path: str, *, required: bool = False) -> str | None:
+    def get_str(self, node: LineMap, key: str, path: str, *, required: bool = False) -> str | None:
         value = node.get(key)
         if value is None:
             if required:
@@ -170,7 +114,7 @@ class _Validator:
             return None
         return _scalar(value)
 
-    def get_int(self, node: _LineMap, key: str, path: str, default: int, minimum: int) -> int:
+    def get_int(self, node: LineMap, key: str, path: str, default: int, minimum: int) -> int:
         value = node.get(key)
         if value is None:
             return default
@@ -188,33 +132,33 @@ class _Validator:
         return number
 
     def entries(
-        self, node: _LineMap, key: str, path: str, *, allow_mapping: bool
-    ) -> list[tuple[_LineMap, str, int, str | None]]:
+        self, node: LineMap, key: str, path: str, *, allow_mapping: bool
+    ) -> list[tuple[LineMap, str, int, str | None]]:
         """The items of a list field as (mapping, field path, line, id given by the key in 1.x form)."""
         value = node.get(key)
         field_path = _join(path, key)
-        out: list[tuple[_LineMap, str, int, str | None]] = []
+        out: list[tuple[LineMap, str, int, str | None]] = []
         if value is None:
             return out
-        if isinstance(value, _LineList):
+        if isinstance(value, LineList):
             for i, item in enumerate(value):
                 item_path, item_line = f"{field_path}[{i}]", value.item_lines[i]
-                if isinstance(item, _LineMap):
+                if isinstance(item, LineMap):
                     out.append((item, item_path, item_line, None))
                 else:
                     self.issue(item_path, item_line, "must be a mapping")
-        elif isinstance(value, _LineMap) and allow_mapping:
+        elif isinstance(value, LineMap) and allow_mapping:
             # Conduit 1.x: a mapping keyed by id.
             for item_id, item in value.items():
                 item_path, item_line = _join(field_path, item_id), value.line_of(item_id)
                 if item is None:
-                    item = _LineMap()
+                    item = LineMap()
                     item.line, item.key_lines, item.duplicates = item_line, {}, []
-                if isinstance(item, _LineMap):
+                if isinstance(item, LineMap):
                     out.append((item, item_path, item_line, _scalar(item_id)))
                 else:
                     self.issue(item_path, item_line, "must be a mapping")
-        elif isinstance(value, _LineMap):
+        elif isinstance(value, LineMap):
             self.issue(
                 field_path,
                 node.line_of(key),
@@ -224,7 +168,7 @@ class _Validator:
             self.issue(field_path, node.line_of(key), f"{key} must be a list")
         return out
 
-    def get_id(self, node: _LineMap, path: str, key_id: str | None) -> tuple[str, str, int]:
+    def get_id(self, node: LineMap, path: str, key_id: str | None) -> tuple[str, str, int]:
         """The entry's id, and the path and line to report problems with it at."""
         if key_id is not None:
             explicit = node.get("id")
@@ -255,7 +199,7 @@ class _Validator:
 
     # ---- settings ----
 
-    def raw_settings(self, node: _LineMap, path: str) -> tuple[dict[str, str], dict[str, int], str, int]:
+    def raw_settings(self, node: LineMap, path: str) -> tuple[dict[str, str], dict[str, int], str, int]:
         """Settings flattened to ``dotted.key -> string`` with the line of each key."""
         settings_path, settings_line = _join(path, "settings"), node.line_of("settings")
         flat: dict[str, str] = {}
@@ -263,14 +207,14 @@ class _Validator:
         value = node.get("settings")
         if value is None:
             return flat, lines, settings_path, settings_line
-        if not isinstance(value, _LineMap):
+        if not isinstance(value, LineMap):
             self.issue(settings_path, settings_line, "settings must be a mapping of names to values")
             return flat, lines, settings_path, settings_line
 
-        def walk(mapping: _LineMap, prefix: str) -> None:
+        def walk(mapping: LineMap, prefix: str) -> None:
             for key, item in mapping.items():
                 name = _join(prefix, key)
-                if isinstance(item, _LineMap):
+                if isinstance(item, LineMap):
                     # Nested YAML maps are accepted as a spelling of Conduit's dotted keys.
                     walk(item, name)
                 elif isinstance(item, list):
@@ -300,7 +244,7 @@ class _Validator:
         if doc is None:
             self.issue("", None, "the file is empty; expected 'version' and 'pipelines'")
             return None
-        if not isinstance(doc, _LineMap):
+        if not isinstance(doc, LineMap):
             self.issue("", 1, "a pipeline file must be a YAML mapping with 'version' and 'pipelines'")
             return None
         self.check_fields(doc, "", ("version", "pipelines"))
@@ -321,7 +265,7 @@ class _Validator:
             self.issue("pipelines", doc.line, "the file defines no pipelines")
         return PipelineFile(path=self.file, version=version or "", pipelines=tuple(pipelines))
 
-    def pipeline(self, node: _LineMap, path: str, line: int, pipeline_id: str, is_v1: bool) -> PipelineConfig:
+    def pipeline(self, node: LineMap, path: str, line: int, pipeline_id: str, is_v1: bool) -> PipelineConfig:
         self.check_fields(node, path, _PIPELINE_FIELDS)
         given_status = self.get_str(node, "status", path) or "running"
         if given_status not in ("running", "stopped"):
@@ -361,7 +305,7 @@ class _Validator:
         )
 
     def connector(
-        self, node: _LineMap, path: str, line: int, pipeline_id: str, connector_id: str, is_v1: bool
+        self, node: LineMap, path: str, line: int, pipeline_id: str, connector_id: str, is_v1: bool
     ) -> ConnectorConfig:
         self.check_fields(node, path, _CONNECTOR_FIELDS)
         connector_type = self.get_str(node, "type", path, required=True) or ""
@@ -399,7 +343,7 @@ class _Validator:
         plugin: str,
         kind: PluginKind | None,
         kinds: tuple[PluginKind, ...],
-        node: _LineMap,
+        node: LineMap,
         path: str,
         key: str = "plugin",
     ) -> PluginSpec | None:
@@ -422,7 +366,7 @@ class _Validator:
         return spec
 
     def processors(
-        self, node: _LineMap, path: str, parent_id: str, scope: dict[str, str], is_v1: bool
+        self, node: LineMap, path: str, parent_id: str, scope: dict[str, str], is_v1: bool
     ) -> tuple[ProcessorConfig, ...]:
         out = []
         for p_node, p_path, p_line, key_id in self.entries(node, "processors", path, allow_mapping=is_v1):
@@ -454,7 +398,7 @@ class _Validator:
             self.issue(where, line, f"cannot import {settings.function!r}: {problem}")
 
     def processor(
-        self, node: _LineMap, path: str, line: int, processor_id: str, node_id: str
+        self, node: LineMap, path: str, line: int, processor_id: str, node_id: str
     ) -> ProcessorConfig:
         self.check_fields(node, path, _PROCESSOR_FIELDS)
         # `type` is the deprecated (pre-2.2) name of `plugin`; `plugin` wins when both are given.
@@ -483,13 +427,13 @@ class _Validator:
             node_id=node_id,
         )
 
-    def dlq(self, pipeline: _LineMap, pipeline_path: str) -> DLQConfig:
+    def dlq(self, pipeline: LineMap, pipeline_path: str) -> DLQConfig:
         path = _join(pipeline_path, "dead-letter-queue")
         node = pipeline.get("dead-letter-queue")
         if node is None:
-            node = _LineMap()
+            node = LineMap()
             node.line, node.key_lines, node.duplicates = pipeline.line_of("dead-letter-queue"), {}, []
-        if not isinstance(node, _LineMap):
+        if not isinstance(node, LineMap):
             self.issue(path, pipeline.line_of("dead-letter-queue"), "dead-letter-queue must be a mapping")
             return DLQConfig(field_path=path, line=pipeline.line_of("dead-letter-queue"))
         self.check_fields(node, path, _DLQ_FIELDS)
@@ -543,15 +487,10 @@ def load_pipeline_text(
     """
     if base_dir is None:
         base_dir = Path.cwd() if path_label.startswith("<") else Path(path_label).parent
-    validator = _Validator(path_label, Path(base_dir).resolve(), os.environ if env is None else env)
-    try:
-        doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        problem = getattr(error, "problem", None) or str(error)
-        line = mark.line + 1 if mark is not None else None
-        raise ConfigError([ConfigIssue(path_label, line, "", f"invalid YAML: {problem}")]) from None
-    doc = validator.substitute(doc, "", 1)
+    environ = os.environ if env is None else env
+    check_size(path_label, len(text.encode("utf-8")), max_file_bytes(environ))
+    validator = _Validator(path_label, Path(base_dir).resolve(), environ)
+    doc = validator.substitute(parse(text, path_label), "", 1)
     result = validator.pipeline_file(doc)
     if validator.issues or result is None:
         raise ConfigError(sorted(validator.issues, key=lambda i: i.line or 0))
@@ -562,6 +501,8 @@ def load_pipeline_file(path: str | os.PathLike[str], env: Mapping[str, str] | No
     """Load and validate a pipeline file; raises :class:`ConfigError` with every issue found."""
     label = os.fspath(path)
     try:
+        # Before reading it: a file of gigabytes is refused without being read.
+        check_size(label, Path(label).stat().st_size, max_file_bytes(os.environ if env is None else env))
         text = Path(label).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError([ConfigIssue(label, None, "", f"cannot read the pipeline file: {error}")]) from None
