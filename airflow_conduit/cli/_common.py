@@ -19,12 +19,18 @@ def fail(message: str) -> int:
 
 
 def load_pipeline_file(path: str) -> PipelineFile | None:
-    """The validated pipeline file, or ``None`` after printing why it was refused (file, line, field)."""
+    """The validated pipeline file, or ``None`` after printing why it was refused (file, line, field).
+
+    What Conduit would warn about (an unknown field, no version, an unset variable) is printed to stderr as
+    ``warning: FILE:LINE: FIELD: MESSAGE`` and the file loads."""
     from airflow_conduit.config import ConfigError
     from airflow_conduit.config import load_pipeline_file as load
 
     try:
-        return load(path)
+        loaded = load(path)
+        for warning in loaded.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        return loaded
     except ConfigError as error:
         fail(str(error))
         return None

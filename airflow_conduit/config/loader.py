@@ -10,10 +10,12 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
 from .errors import ConfigError, ConfigIssue
+from .expand import expand
 from .fieldref import condition_to_sql
 from .model import (
     ConnectorConfig,
@@ -40,7 +42,8 @@ _CONNECTOR_KINDS: dict[str, ConnectorType] = {"source": "source", "destination":
 _DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
 # Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
-_ENV_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+LATEST_VERSION = {"1": "1.1", "2": "2.2"}
+"""What a file of an unknown minor version (or none) is read as, by major version, as Conduit does."""
 
 
 def _join(path: str, key: Any) -> str:
@@ -63,11 +66,16 @@ class _Validator:
         self.base_dir = base_dir
         self.env = env
         self.issues: list[ConfigIssue] = []
+        self.warnings: list[ConfigIssue] = []
         # custom.python: each top-level module's ``path`` and where the file first named it.
         self.python_modules: dict[str, tuple[str | None, str]] = {}
 
     def issue(self, path: str, line: int | None, message: str) -> None:
         self.issues.append(ConfigIssue(self.file, line, path, message))
+
+    def warn(self, path: str, line: int | None, message: str) -> None:
+        """Something Conduit accepts with a warning (or silently): the file loads, the user hears of it."""
+        self.warnings.append(ConfigIssue(self.file, line, path, message))
 
     # ---- environment substitution and duplicate keys (one pass over the raw tree) ----
 
@@ -85,23 +93,26 @@ class _Validator:
         return node
 
     def _expand(self, text: str, path: str, line: int) -> str:
-        def replace(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in self.env:
-                return self.env[name]
-            if default is not None:
-                return default
-            self.issue(path, line, f"environment variable {name} is not set")
-            return match.group(0)
-
-        return _ENV_VAR.sub(replace, text)
+        expanded = expand(text, self.env)
+        for name in expanded.unset:
+            self.warn(
+                path,
+                line,
+                f"environment variable {name} is not set, so it expands to the empty string as in Conduit "
+                f"(write ${{{name}:-default}} for a default)",
+            )
+        return expanded.text
 
     # ---- field helpers ----
 
     def check_fields(self, node: LineMap, path: str, allowed: tuple[str, ...]) -> None:
         for key in node:
             if key not in allowed:
-                self.issue(_join(path, key), node.line_of(key), f"unknown field {key!r}")
+                self.warn(
+                    _join(path, key),
+                    node.line_of(key),
+                    f"unknown field {key!r} is ignored, as Conduit ignores it (known: {', '.join(allowed)})",
+                )
 
     def get_str(self, node: LineMap, key: str, path: str, *, required: bool = False) -> str | None:
         value = node.get(key)
@@ -240,30 +251,63 @@ class _Validator:
 
     # ---- the model ----
 
-    def pipeline_file(self, doc: Any) -> PipelineFile | None:
-        if doc is None:
+    def pipeline_file(self, docs: list[Any]) -> PipelineFile | None:
+        """The pipelines of every YAML document of the file (Conduit reads several, one after another)."""
+        present = [doc for doc in docs if doc is not None]
+        if not present:
             self.issue("", None, "the file is empty; expected 'version' and 'pipelines'")
             return None
-        if not isinstance(doc, LineMap):
-            self.issue("", 1, "a pipeline file must be a YAML mapping with 'version' and 'pipelines'")
-            return None
+        versions: list[str] = []
+        pipelines: list[PipelineConfig] = []
+        seen: dict[str, str] = {}  # pipeline ids are unique across the file's documents
+        for doc in present:
+            if not isinstance(doc, LineMap):
+                self.issue("", 1, "a pipeline file must be a YAML mapping with 'version' and 'pipelines'")
+                continue
+            version = self.version(doc)
+            versions.append(version or "")
+            pipelines += self.document(doc, version, seen)
+        mappings = [doc for doc in present if isinstance(doc, LineMap)]
+        if mappings and not pipelines and not any(doc.get("pipelines") for doc in mappings):
+            self.issue("pipelines", mappings[0].line, "the file defines no pipelines")
+        return PipelineFile(
+            path=self.file, version=versions[0] if versions else "", pipelines=tuple(pipelines)
+        )
+
+    def document(self, doc: LineMap, version: str | None, seen: dict[str, str]) -> list[PipelineConfig]:
         self.check_fields(doc, "", ("version", "pipelines"))
-        version = self.get_str(doc, "version", "")
-        known = ", ".join(KNOWN_VERSIONS)
-        if version is None:
-            self.issue("version", doc.line, f"required field 'version' is missing (known versions: {known})")
-        elif version not in KNOWN_VERSIONS:
-            self.issue("version", doc.line_of("version"), f"unknown version {version!r} (known: {known})")
         is_v1 = version is not None and version.startswith("1.")
         pipelines: list[PipelineConfig] = []
-        seen: dict[str, str] = {}
         for node, path, line, key_id in self.entries(doc, "pipelines", "", allow_mapping=is_v1):
             pipeline_id, id_path, id_line = self.get_id(node, path, key_id)
             self.check_unique(seen, pipeline_id, id_path, id_line, "pipeline")
             pipelines.append(self.pipeline(node, path, line, pipeline_id, is_v1))
-        if not pipelines and not doc.get("pipelines"):
-            self.issue("pipelines", doc.line, "the file defines no pipelines")
-        return PipelineFile(path=self.file, version=version or "", pipelines=tuple(pipelines))
+        return pipelines
+
+    def version(self, doc: LineMap) -> str | None:
+        """The version the document is read as: as written when known; else, as Conduit does, the latest
+        of its major version (none given: the latest) with a warning; ``None`` for an unknown major."""
+        written = self.get_str(doc, "version", "") or ""
+        if written in KNOWN_VERSIONS:
+            return written
+        line = doc.line_of("version")
+        if not written.strip():
+            newest = LATEST_VERSION["2"]
+            self.warn(
+                "version", line, f"no version given; the file is read as version {newest}, as Conduit does"
+            )
+            return newest
+        latest = LATEST_VERSION.get(written.split(".")[0])
+        if latest is None:
+            known = ", ".join(KNOWN_VERSIONS)
+            self.issue("version", line, f"unknown version {written!r} (known: {known})")
+            return None
+        self.warn(
+            "version",
+            line,
+            f"unknown version {written!r}; the file is read as version {latest}, as Conduit does",
+        )
+        return latest
 
     def pipeline(self, node: LineMap, path: str, line: int, pipeline_id: str, is_v1: bool) -> PipelineConfig:
         self.check_fields(node, path, _PIPELINE_FIELDS)
@@ -317,7 +361,7 @@ class _Validator:
                 node.line_of("type"),
                 f"type must be source or destination; got {connector_type!r}",
             )
-        plugin = _normalise_plugin(self.get_str(node, "plugin", path, required=True) or "")
+        plugin = self.plugin_name(node, "plugin", path, ("source", "destination"))
         spec = self.plugin(plugin, kind, ("source", "destination"), node, path)
         raw = self.raw_settings(node, path)
         settings = self.settings(spec, raw) if spec else None
@@ -337,6 +381,22 @@ class _Validator:
             line=line,
             node_id=node_id,
         )
+
+    def plugin_name(
+        self, node: LineMap, key: str, path: str, kinds: tuple[PluginKind, ...], default: str = ""
+    ) -> str:
+        """The plugin ``node[key]`` names (:func:`_normalise_plugin`); a version in the reference is
+        accepted with a warning, as this product serves one version of each plugin."""
+        written = self.get_str(node, key, path, required=not default) or default
+        version = written.strip().partition("@")[2]
+        if version and version != "latest":
+            self.warn(
+                _join(path, key),
+                node.line_of(key),
+                f"version {version!r} of {written.strip().partition('@')[0]!r} is not chosen here: "
+                "airflow-conduit serves one version of each plugin, so the reference is read without it",
+            )
+        return _normalise_plugin(written, kinds)
 
     def plugin(
         self,
@@ -403,7 +463,7 @@ class _Validator:
         self.check_fields(node, path, _PROCESSOR_FIELDS)
         # `type` is the deprecated (pre-2.2) name of `plugin`; `plugin` wins when both are given.
         key = "plugin" if node.get("plugin") is not None or node.get("type") is None else "type"
-        plugin = self.get_str(node, key, path, required=True) or ""
+        plugin = self.plugin_name(node, key, path, ("processor",))
         spec = self.plugin(plugin, "processor", ("processor",), node, path, key)
         raw = self.raw_settings(node, path)
         settings = self.settings(spec, raw) if spec else None
@@ -421,7 +481,8 @@ class _Validator:
             settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             condition=condition,
             condition_source=source if condition else None,
-            workers=self.get_int(node, "workers", path, default=1, minimum=1),
+            # Conduit's default: 0 (or none) is one worker.
+            workers=self.get_int(node, "workers", path, default=1, minimum=0) or 1,
             field_path=path,
             line=line,
             node_id=node_id,
@@ -437,7 +498,7 @@ class _Validator:
             self.issue(path, pipeline.line_of("dead-letter-queue"), "dead-letter-queue must be a mapping")
             return DLQConfig(field_path=path, line=pipeline.line_of("dead-letter-queue"))
         self.check_fields(node, path, _DLQ_FIELDS)
-        plugin = _normalise_plugin(self.get_str(node, "plugin", path) or DEFAULT_DLQ_PLUGIN)
+        plugin = self.plugin_name(node, "plugin", path, ("destination",), default=DEFAULT_DLQ_PLUGIN)
         spec = self.plugin(plugin, "destination", ("destination",), node, path)
         raw = self.raw_settings(node, path)
         if node.get("settings") is None and plugin == DEFAULT_DLQ_PLUGIN:
@@ -462,11 +523,16 @@ class _Validator:
         )
 
 
-def _normalise_plugin(name: str) -> str:
-    """Conduit resolves a connector name without a prefix (``generator``) to the builtin one."""
-    name = name.strip()
-    if name and ":" not in name and f"builtin:{name}" in plugin_names("source", "destination"):
+def _normalise_plugin(name: str, kinds: tuple[PluginKind, ...]) -> str:
+    """A plugin reference as this product names the plugin: Conduit's ``[builtin:]name[@version]`` with
+    the prefix Conduit resolves (a connector without one is the builtin; builtin processors are named
+    without one) and without the version (see :meth:`_Validator.plugin_version`)."""
+    name = name.strip().partition("@")[0]
+    known = plugin_names(*kinds)
+    if name and ":" not in name and f"builtin:{name}" in known:
         return f"builtin:{name}"
+    if name.startswith("builtin:") and name not in known and name.removeprefix("builtin:") in known:
+        return name.removeprefix("builtin:")
     return name
 
 
@@ -490,11 +556,11 @@ def load_pipeline_text(
     environ = os.environ if env is None else env
     check_size(path_label, len(text.encode("utf-8")), max_file_bytes(environ))
     validator = _Validator(path_label, Path(base_dir).resolve(), environ)
-    doc = validator.substitute(parse(text, path_label), "", 1)
-    result = validator.pipeline_file(doc)
+    docs = [validator.substitute(doc, "", 1) for doc in parse(text, path_label)]
+    result = validator.pipeline_file(docs)
     if validator.issues or result is None:
         raise ConfigError(sorted(validator.issues, key=lambda i: i.line or 0))
-    return result
+    return replace(result, warnings=tuple(sorted(validator.warnings, key=lambda i: i.line or 0)))
 
 
 def load_pipeline_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> PipelineFile:

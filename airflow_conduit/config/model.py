@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from .errors import ConfigIssue
 from .registry import spec_of
 from .settings import LogDestinationSettings
 from .spec import PluginSettings, PluginSpec
@@ -119,7 +120,11 @@ class PipelineConfig:
 class PipelineFile:
     path: str
     version: str
+    """The version the (first) document is read as."""
     pipelines: tuple[PipelineConfig, ...]
+    warnings: tuple[ConfigIssue, ...] = ()
+    """What Conduit accepts with a warning or silently (an unknown field, no version, an unset variable):
+    the file loads; ``validate`` and ``run`` print these."""
 
     def get(self, pipeline_id: str) -> PipelineConfig:
         for pipeline in self.pipelines:

@@ -167,18 +167,23 @@ class _CountingLoader(_Loader):
         return node
 
 
-def parse(text: str, label: str) -> Any:
-    """The one YAML document of ``text``, as :class:`LineMap`/:class:`LineList`/scalars.
+def parse(text: str, label: str) -> list[Any]:
+    """Every YAML document of ``text`` (Conduit reads a file's documents one after another), each as
+    :class:`LineMap`/:class:`LineList`/scalars; an empty file has none.
 
     :raises ConfigError: invalid YAML, aliases that expand too far or into themselves, nesting too deep
     """
     loader = _CountingLoader(text, label)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _Expansion(label, loader.references).size(node)
-        return loader.construct_document(node)
+        nodes: list[yaml.Node] = []
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                nodes.append(node)
+        expansion = _Expansion(label, loader.references)  # one bound for the whole file
+        for node in nodes:
+            expansion.size(node)
+        return [loader.construct_document(node) for node in nodes]
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         problem = getattr(error, "problem", None) or str(error)

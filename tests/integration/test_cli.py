@@ -90,6 +90,27 @@ def test_validate_prints_pipeline_ids(pipeline_file, tmp_path):
     assert result.returncode == 0 and result.stdout.split() == ["clitest"]
 
 
+def test_validate_prints_conduits_warnings_and_accepts_the_file(tmp_path):
+    lenient = tmp_path / "lenient.yaml"
+    lenient.write_text(PIPELINE.replace("  - id: clitest\n", "  - id: clitest\n    colour: blue\n"))
+    result = cli("validate", str(lenient), env=env_for(tmp_path, 10, 0))
+    assert result.returncode == 0 and result.stdout.split() == ["clitest"]
+    assert f"warning: {lenient}:4: pipelines[0].colour: unknown field 'colour' is ignored" in result.stderr
+
+
+def test_hostile_files_are_refused_with_exit_2(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    levels = ['l0: &l0 ["x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    levels += [f"l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]" for n in range(1, 10)]
+    bomb.write_text('version: "2.2"\n' + "\n".join(levels) + "\npipelines: *l9\n")
+    result = cli("validate", str(bomb))
+    assert result.returncode == 2 and "aliases expand the document by more than" in result.stderr
+    big = tmp_path / "big.yaml"
+    big.write_text(PIPELINE)
+    result = cli("validate", str(big), env={"CONDUIT_MAX_PIPELINE_FILE_BYTES": "64"})
+    assert result.returncode == 2 and "more than the 64 a pipeline file may have" in result.stderr
+
+
 def test_validate_refuses_a_bad_file_with_file_line_and_field(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(PIPELINE.replace("plugin: builtin:file", "plugin: builtin:nope"))
