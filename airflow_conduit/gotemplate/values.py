@@ -1,0 +1,202 @@
+"""Go values as templates see them, in Python: how they print (``fmt``'s ``%v``), whether they are true,
+and how they compare (pure Python).
+
+The Python types that stand for Go's:
+
+- ``str``, ``bool``, ``int``, ``float``, ``None`` (``nil``): themselves;
+- :class:`StringMap`: ``map[string]string`` (Conduit's metadata): a missing key is ``""``;
+- ``dict``: ``map[string]interface{}`` (structured data): a missing key is :data:`NO_VALUE`;
+- ``list``/``tuple``: slices;
+- :class:`RawData`: Conduit's raw data, a ``[]byte`` without a ``String`` method (prints as ``[104 105]``);
+- :class:`Position`: a ``[]byte`` whose ``String`` is its text;
+- :class:`Operation`: an ``int`` that prints as ``create``/``update``/``delete``/``snapshot``;
+- :class:`Struct` subclasses: Go structs (fields by name).
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from typing import Any, ClassVar
+
+
+class TemplateExecError(ValueError):
+    """Executing the template failed for this record (Conduit nacks the record then)."""
+
+
+class _NoValue:
+    """A missing key of a ``map[string]interface{}``: prints as ``<no value>``, is false."""
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+
+NO_VALUE: Any = _NoValue()
+
+
+class StringMap(dict[str, str]):
+    """``map[string]string``: a missing key is the zero value ``""``."""
+
+
+class RawData(bytes):
+    """Conduit's ``opencdc.RawData``."""
+
+
+class Position(bytes):
+    """Conduit's ``opencdc.Position``; prints as its text."""
+
+
+class Operation(int):
+    NAMES: ClassVar[dict[int, str]] = {1: "create", 2: "update", 3: "delete", 4: "snapshot"}
+
+    @classmethod
+    def named(cls, name: str) -> Operation:
+        for number, known in cls.NAMES.items():
+            if known == name:
+                return cls(number)
+        raise ValueError(f"unknown operation {name!r}")
+
+    def __str__(self) -> str:
+        return self.NAMES.get(int(self), f"Operation({int(self)})")
+
+
+class Struct:
+    """A Go struct: :attr:`FIELDS` are its exported fields, in order (how it prints)."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def field(self, name: str) -> Any:
+        if name not in self.FIELDS:
+            raise TemplateExecError(f"can't evaluate field {name} in type {type(self).__name__}")
+        return getattr(self, name)
+
+
+def go_type(value: Any) -> str:
+    """The Go type name a message shows."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, Operation):
+        return "opencdc.Operation"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, RawData):
+        return "opencdc.RawData"
+    if isinstance(value, Position):
+        return "opencdc.Position"
+    if isinstance(value, bytes):
+        return "[]uint8"
+    if isinstance(value, StringMap):
+        return "opencdc.Metadata"
+    if isinstance(value, dict):
+        return "map[string]interface {}"
+    if isinstance(value, list | tuple):
+        return "[]interface {}"
+    if value is None or value is NO_VALUE:
+        return "<nil>"
+    return type(value).__name__
+
+
+def format_float(value: float) -> str:
+    """``fmt``'s ``%v`` of a float64 (``strconv.FormatFloat(f, 'g', -1, 64)``): the shortest digits that
+    read back as the value, in exponent form when the exponent is below -4 or at least 6 (``1e+06``)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        return sign + "0"
+    # Python's repr is the shortest form that reads back as the value, as Go's shortest formatting is.
+    decimal = Decimal(repr(abs(value))).normalize()
+    _, digit_tuple, exponent = decimal.as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + int(exponent)  # value = 0.DIGITS x 10^point
+    power = point - 1
+    if power < -4 or power >= 6:
+        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return f"{sign}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    if point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if point >= len(digits):
+        return sign + digits + "0" * (point - len(digits))
+    return f"{sign}{digits[:point]}.{digits[point:]}"
+
+
+def to_text(value: Any) -> str:
+    """``fmt.Sprint(value)``, as a template prints an action's value."""
+    if value is NO_VALUE:
+        return "<no value>"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Operation):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return format_float(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Position):
+        return value.decode("utf-8", errors="replace")
+    if isinstance(value, bytes):
+        return "[" + " ".join(str(b) for b in value) + "]"
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{to_text(k)}:{to_text(value[k])}" for k in sorted(value, key=str)) + "]"
+    if isinstance(value, list | tuple):
+        return "[" + " ".join(to_text(item) for item in value) + "]"
+    if isinstance(value, Struct):
+        return "{" + " ".join(to_text(getattr(value, name)) for name in value.FIELDS) + "}"
+    return str(value)
+
+
+def truth(value: Any) -> bool:
+    """Go template truth: false, 0, nil, and empty strings, maps and slices are false."""
+    if value is None or value is NO_VALUE:
+        return False
+    if isinstance(value, bool | int | float):
+        return bool(value)
+    if isinstance(value, str | bytes | dict | list | tuple):
+        return len(value) > 0
+    return True
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "string"
+    if value is None or value is NO_VALUE:
+        return "nil"
+    return "other"
+
+
+def equal(left: Any, right: Any) -> bool:
+    """``eq left right``: basic values of one kind compare; mixing kinds is an error, as in Go."""
+    left_kind, right_kind = _kind(left), _kind(right)
+    if "nil" in (left_kind, right_kind):
+        return left_kind == right_kind
+    if left_kind == "other" or right_kind == "other":
+        raise TemplateExecError(f"incompatible types for comparison: {go_type(left)} and {go_type(right)}")
+    if left_kind != right_kind:
+        raise TemplateExecError("incompatible types for comparison")
+    return bool(left == right)
+
+
+def less(left: Any, right: Any) -> bool:
+    """``lt left right`` for basic values of one kind (not bools), as in Go."""
+    left_kind, right_kind = _kind(left), _kind(right)
+    if left_kind in ("other", "nil", "bool") or right_kind in ("other", "nil", "bool"):
+        raise TemplateExecError(f"invalid type for comparison: {go_type(left)}")
+    if left_kind != right_kind:
+        raise TemplateExecError("incompatible types for comparison")
+    return bool(left < right)
