@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from airflow_conduit.gotemplate import Template, TemplateSyntaxError, is_template
+
 from .errors import ConfigError, ConfigIssue
 from .expand import expand
 from .fieldref import condition_to_sql
@@ -29,6 +31,7 @@ from .model import (
 from .registry import plugin_names, plugin_spec
 from .settings import CustomPythonSettings, check_python_function
 from .spec import PluginKind, PluginSettings, PluginSpec, validate_settings
+from .template_sql import condition_sql
 from .yaml_source import LineList, LineMap, check_size, max_file_bytes, parse
 
 KNOWN_VERSIONS = ("1.0", "1.1", "2.0", "2.1", "2.2")
@@ -469,8 +472,18 @@ class _Validator:
         settings = self.settings(spec, raw) if spec else None
         self.check_function(plugin, settings, raw)
         source = self.get_str(node, "condition", path)
-        condition = None
-        if source is not None and source.strip():
+        condition = template = None
+        if source is not None and is_template(source):
+            # Conduit's own: a Go template, as Spark SQL where it translates exactly, else per record.
+            try:
+                condition = condition_sql(Template.parse(source))
+            except TemplateSyntaxError as error:
+                self.issue(
+                    _join(path, "condition"), node.line_of("condition"), f"not a valid Go template: {error}"
+                )
+            else:
+                template = source if condition is None else None
+        elif source is not None and source.strip():
             try:
                 condition = condition_to_sql(source)
             except ValueError as error:
@@ -480,7 +493,8 @@ class _Validator:
             plugin=plugin,
             settings=settings or PluginSettings(),  # invalid: the load fails with its issues
             condition=condition,
-            condition_source=source if condition else None,
+            condition_source=source if condition or template else None,
+            condition_template=template,
             # Conduit's default: 0 (or none) is one worker.
             workers=self.get_int(node, "workers", path, default=1, minimum=0) or 1,
             field_path=path,

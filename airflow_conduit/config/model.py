@@ -36,9 +36,12 @@ class ProcessorConfig(Generic[S]):
     settings: S
     """The plugin's settings, validated: its settings model (defaults filled in), read typed."""
     condition: str | None = None
-    """The condition translated to Spark SQL (field references replaced), or ``None``."""
+    """The condition in Spark SQL (field references replaced, or a Go template translated), or ``None``."""
     condition_source: str | None = None
     """The condition as the user wrote it, for messages."""
+    condition_template: str | None = None
+    """A Go template condition that has no Spark SQL translation: evaluated per record in Python, and
+    true when it prints what Go's ``strconv.ParseBool`` reads as true (``condition`` is ``None`` then)."""
     workers: int = 1
     field_path: str = ""
     line: int | None = None

@@ -394,16 +394,36 @@ def test_condition_that_does_not_parse() -> None:
     assert "not a valid Spark SQL expression" in found.message
 
 
-def test_go_template_condition_explains_spark_sql() -> None:
-    text = pipeline(
-        processors=(
-            "      - id: f\n        plugin: filter\n        condition: '{{ eq .Metadata.foo \"bar\" }}'\n"
+def test_go_template_conditions_as_in_conduit() -> None:
+    def condition(template: str) -> str:
+        return pipeline(
+            processors=f"      - id: f\n        plugin: filter\n        condition: '{template}'\n"
         )
-    )
+
+    translated = load(condition('{{ eq .Metadata.foo "bar" }}')).pipelines[0].processors[0]
+    assert translated.condition == "(coalesce(metadata['foo'], '') = 'bar')"
+    assert translated.condition_template is None
+    assert translated.condition_source == '{{ eq .Metadata.foo "bar" }}'
+    per_record = load(condition('{{ eq .Payload.After.kind "refund" }}')).pipelines[0].processors[0]
+    assert per_record.condition is None
+    assert per_record.condition_template == '{{ eq .Payload.After.kind "refund" }}'
+    text = condition('{{ eq .Metadata.foo "bar" }')
     found = issue_at(issues(text), "pipelines[0].processors[0].condition")
     assert found.line == line_of(text, "condition:")
-    assert "Spark SQL" in found.message and "not Go templates" in found.message
-    assert ".Metadata[\"foo\"] = 'bar'" in found.message
+    assert found.message == "not a valid Go template: template: line 1: unclosed action"
+
+
+def test_templated_settings_are_parsed_at_validate() -> None:
+    text = pipeline(
+        processors=(
+            "      - id: s\n        plugin: field.set\n"
+            "        settings: {field: .Operation, value: '{{ .Metadata.op }}'}\n"
+            "      - id: e\n        plugin: error\n        settings: {message: '{{ nosuch .Key }}'}\n"
+        )
+    )
+    found = issue_at(issues(text), "pipelines[0].processors[1].settings.message")
+    assert found.message == 'not a valid Go template: template: function "nosuch" not defined'
+    assert all(i.field_path != "pipelines[0].processors[0].settings.value" for i in issues(text))
 
 
 def test_custom_python_that_cannot_be_imported() -> None:

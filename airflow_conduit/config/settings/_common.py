@@ -6,7 +6,9 @@ import re
 from collections.abc import Iterable
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
+
+from airflow_conduit.gotemplate import Template, TemplateSyntaxError, is_template
 
 from ..fieldref import FieldRef, parse_field_ref
 from ..spec import PluginSettings
@@ -16,6 +18,22 @@ from ..spec import PluginSettings
 DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
 
 RequiredStr = Annotated[str, Field(min_length=1)]
+
+
+def _check_template(value: str) -> str:
+    """A Conduit setting that is a Go template: it must parse (its functions defined), else the file is
+    refused at validate with the template's own message."""
+    if is_template(value):
+        try:
+            Template.parse(value)
+        except TemplateSyntaxError as error:
+            raise ValueError(f"not a valid Go template: {error}") from None
+    return value
+
+
+GoTemplateText = Annotated[str, AfterValidator(_check_template)]
+"""A setting Conduit evaluates as a Go template per record (``field.set`` ``value``, ``error``
+``message``); text without ``{{`` is itself."""
 
 
 def check_ref(value: str, *, forbid: Iterable[str] = (), setting: str = "field") -> FieldRef:

@@ -6,17 +6,19 @@ from typing import Literal
 
 from pydantic import ValidationInfo, field_validator
 
+from airflow_conduit.gotemplate import is_template
+
 from ...record import OPERATIONS
 from ..fieldref import parse_field_list, parse_field_ref, parse_rename_mapping
 from ..spec import PluginSettings, PluginSpec
-from ._common import RequiredStr, check_ref
+from ._common import GoTemplateText, RequiredStr, check_ref
 
 _ENGINE = "airflow_conduit.engine.processors."
 
 
 class FieldSetSettings(PluginSettings):
     field: str
-    value: str
+    value: GoTemplateText
 
     @field_validator("field")
     @classmethod
@@ -29,7 +31,8 @@ class FieldSetSettings(PluginSettings):
     def _check_operation_value(cls, value: str, info: ValidationInfo) -> str:
         # Runs after `field` (declaration order); `field` is absent from info.data when it was invalid.
         target = info.data.get("field")
-        if target and parse_field_ref(target).root == "operation" and value not in OPERATIONS:
+        fixed = not is_template(value)  # a template's value is known per record only
+        if target and fixed and parse_field_ref(target).root == "operation" and value not in OPERATIONS:
             raise ValueError(f"value for .Operation must be one of {', '.join(OPERATIONS)}; got {value!r}")
         return value
 
@@ -87,7 +90,7 @@ class JsonEncodeSettings(FieldSettings):
 
 
 class ErrorSettings(PluginSettings):
-    message: str = "error processor triggered"
+    message: GoTemplateText = "error processor triggered"
 
 
 FIELD_SET = PluginSpec("field.set", "processor", FieldSetSettings, engine=_ENGINE + "field_set")

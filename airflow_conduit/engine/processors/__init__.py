@@ -13,11 +13,20 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.delivery import BatchContext
+from airflow_conduit.engine.processors import _templates
 
 
 def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None = None) -> DataFrame:
     """Apply one processor; ``batch`` reaches only a processor that reads the batch's context
     (``custom.python``)."""
+    if _templates.needs_python(proc):
+        # Go templates with no Spark SQL translation: evaluated per record first, read as columns.
+        evaluated, proc = _templates.evaluate(records, proc)
+        return _templates.drop_columns(_apply_module(evaluated, proc, batch))
+    return _apply_module(records, proc, batch)
+
+
+def _apply_module(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None) -> DataFrame:
     spec = proc.spec
     module = spec.implementation()
     applied: DataFrame = (
@@ -39,8 +48,8 @@ def is_pure(proc: ProcessorConfig, empty: DataFrame) -> bool:
 
     :param empty: an empty frame of records to analyse the processor on
     """
-    if not proc.spec.pure:
-        return False
+    if not proc.spec.pure or _templates.needs_python(proc):
+        return False  # a template may call uuidv4 or randAlphaNum: decided once, like user code
     plan = apply(empty, proc)._jdf.queryExecution().analyzed()
     return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 

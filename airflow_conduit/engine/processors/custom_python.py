@@ -90,6 +90,11 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return _dumps(value), None
 
 
+def json_value(text: str | None) -> Any:
+    """A structured data field's JSON text as Python values (``None`` for none), exact for long numbers."""
+    return None if text is None else _data_in(text, None)
+
+
 def _record(
     position: bytes, operation: str, metadata: Any, key: Any, before: Any, after: Any
 ) -> dict[str, Any]:

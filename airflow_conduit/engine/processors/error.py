@@ -7,8 +7,12 @@ from pyspark.sql import DataFrame
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import ErrorSettings
 from airflow_conduit.engine.processors._expr import apply_changes, sql_str
+from airflow_conduit.engine.processors._templates import setting_sql
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[ErrorSettings]) -> DataFrame:
-    message = proc.settings.message or "error processor triggered"
-    return apply_changes(records, proc, {}, problem="true", problem_message=sql_str(message))
+    if not proc.settings.message:
+        return apply_changes(
+            records, proc, {}, problem="true", problem_message=sql_str("error processor triggered")
+        )
+    return apply_changes(records, proc, {}, problem="true", problem_message=setting_sql(proc, "message"))

@@ -16,11 +16,12 @@ from airflow_conduit.engine.processors._expr import (
     sql_str,
     unsupported,
 )
+from airflow_conduit.engine.processors._templates import setting_sql
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[FieldSetSettings]) -> DataFrame:
     ref = parse_field_ref(proc.settings.field)
-    value = sql_str(proc.settings.value)
+    value = setting_sql(proc, "value")
     if ref.root == "operation":
         return apply_changes(records, proc, {"operation": value})
     if ref.root == "metadata":
