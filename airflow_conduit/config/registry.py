@@ -25,6 +25,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     processors.JSON_DECODE,
     processors.JSON_ENCODE,
     processors.ERROR,
+    processors.BASE64_ENCODE,
+    processors.BASE64_DECODE,
     python.PROCESSOR,
 )
 

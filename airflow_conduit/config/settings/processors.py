@@ -89,6 +89,17 @@ class JsonEncodeSettings(FieldSettings):
     pass
 
 
+class Base64Settings(PluginSettings):
+    field: str
+    """The field to encode or decode (not ``.Position``)."""
+
+    @field_validator("field")
+    @classmethod
+    def _check_field(cls, value: str) -> str:
+        check_ref(value, forbid=("position",))
+        return value.strip()
+
+
 class ErrorSettings(PluginSettings):
     message: GoTemplateText = "error processor triggered"
 
@@ -105,3 +116,5 @@ FILTER = PluginSpec("filter", "processor", FilterSettings, engine=_ENGINE + "fil
 JSON_DECODE = PluginSpec("json.decode", "processor", JsonDecodeSettings, engine=_ENGINE + "json_decode")
 JSON_ENCODE = PluginSpec("json.encode", "processor", JsonEncodeSettings, engine=_ENGINE + "json_encode")
 ERROR = PluginSpec("error", "processor", ErrorSettings, engine=_ENGINE + "error")
+BASE64_ENCODE = PluginSpec("base64.encode", "processor", Base64Settings, engine=_ENGINE + "base64_encode")
+BASE64_DECODE = PluginSpec("base64.decode", "processor", Base64Settings, engine=_ENGINE + "base64_decode")

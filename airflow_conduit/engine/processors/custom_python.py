@@ -25,6 +25,7 @@ from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import CustomPythonSettings
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
+from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
     DATA_FIELDS,
@@ -165,11 +166,20 @@ def _takes_context(function: Callable[..., Any]) -> bool:
 
 
 def make_mapper(
-    reference: str, path: str | None, node_id: str, context: dict[str, Any] | None = None
+    reference: str,
+    path: str | None,
+    node_id: str,
+    context: dict[str, Any] | None = None,
+    settings: str | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator]:
+    """The executors' function. ``settings`` (JSON): ``reference`` names a builtin processor's factory,
+    called with the settings to make the per-record function."""
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         function = load_function(reference, path)
-        if _takes_context(function):
+        if settings is not None:
+            function = function(json.loads(settings))
+        elif _takes_context(function):
             user_function, batch_context = function, dict(context or {})
             function = lambda record: user_function(record, batch_context)  # noqa: E731
         for arrow_batch in batches:
@@ -181,6 +191,8 @@ def make_mapper(
                     result = function(batch.record(i))
                 except ConduitError as stop:
                     batch.mark(i, stop.kind, f"{type(stop).__name__}: {stop}", node_id)
+                except RecordError as error:  # a builtin's nack says what Conduit's would
+                    batch.mark(i, STATE_NACKED, str(error), node_id)
                 except Exception as error:  # any other failure nacks this record only
                     batch.mark(i, STATE_NACKED, f"{type(error).__name__}: {error}", node_id)
                 else:
@@ -199,11 +211,6 @@ def apply(
     """``batch`` gives functions that take a second parameter ``{"pipeline_id", "batch_id",
     "delivery_hash"}``; the hash is this processor's (pipeline, node, source offsets): the same on every
     replay of the micro-batch, so side effects keyed on it stay idempotent."""
-    as_text = [
-        F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
-        for column in RECORD_COLUMNS
-    ]
-    prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
     context = None
     if batch is not None:
         context = {
@@ -212,7 +219,26 @@ def apply(
             "delivery_hash": batch.hash_for(proc.node_id),
         }
     # Only strings reach the executors: the function's name and path, not the settings model.
-    mapper = make_mapper(proc.settings.function, proc.settings.path, proc.node_id, context)
+    return map_records(
+        records, proc, make_mapper(proc.settings.function, proc.settings.path, proc.node_id, context)
+    )
+
+
+def apply_builtin(records: DataFrame, proc: ProcessorConfig, factory: str) -> DataFrame:
+    """A builtin processor written in Python: ``factory`` (``module:function``) makes its per-record
+    function from the settings (as Conduit spells them), with the record dict of ``custom.python``."""
+    settings = proc.settings.model_dump_json(by_alias=True)
+    return map_records(records, proc, make_mapper(factory, None, proc.node_id, settings=settings))
+
+
+def map_records(
+    records: DataFrame, proc: ProcessorConfig, mapper: Callable[[Iterator[pa.RecordBatch]], Iterator]
+) -> DataFrame:
+    as_text = [
+        F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
+        for column in RECORD_COLUMNS
+    ]
+    prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
     mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA)
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
