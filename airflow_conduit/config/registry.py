@@ -27,6 +27,7 @@ BUILTIN: tuple[PluginSpec, ...] = (
     processors.ERROR,
     processors.BASE64_ENCODE,
     processors.BASE64_DECODE,
+    processors.UNWRAP_OPENCDC,
     python.PROCESSOR,
 )
 

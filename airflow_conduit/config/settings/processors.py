@@ -100,6 +100,17 @@ class Base64Settings(PluginSettings):
         return value.strip()
 
 
+class UnwrapOpenCDCSettings(PluginSettings):
+    field: str = ".Payload.After"
+    """The field that holds the OpenCDC record (structured, or JSON as text or raw data)."""
+
+    @field_validator("field")
+    @classmethod
+    def _check_field(cls, value: str) -> str:
+        check_ref(value, forbid=("position", "operation"))
+        return value.strip()
+
+
 class ErrorSettings(PluginSettings):
     message: GoTemplateText = "error processor triggered"
 
@@ -117,4 +128,7 @@ JSON_DECODE = PluginSpec("json.decode", "processor", JsonDecodeSettings, engine=
 JSON_ENCODE = PluginSpec("json.encode", "processor", JsonEncodeSettings, engine=_ENGINE + "json_encode")
 ERROR = PluginSpec("error", "processor", ErrorSettings, engine=_ENGINE + "error")
 BASE64_ENCODE = PluginSpec("base64.encode", "processor", Base64Settings, engine=_ENGINE + "base64_encode")
+UNWRAP_OPENCDC = PluginSpec(
+    "unwrap.opencdc", "processor", UnwrapOpenCDCSettings, engine=_ENGINE + "unwrap_opencdc"
+)
 BASE64_DECODE = PluginSpec("base64.decode", "processor", Base64Settings, engine=_ENGINE + "base64_decode")
