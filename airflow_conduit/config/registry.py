@@ -28,6 +28,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     processors.BASE64_ENCODE,
     processors.BASE64_DECODE,
     processors.UNWRAP_OPENCDC,
+    processors.UNWRAP_DEBEZIUM,
+    processors.UNWRAP_KAFKACONNECT,
     python.PROCESSOR,
 )
 

@@ -111,6 +111,19 @@ class UnwrapOpenCDCSettings(PluginSettings):
         return value.strip()
 
 
+class UnwrapPayloadSettings(PluginSettings):
+    field: str = ".Payload.After"
+    """The field that holds the wrapped event (a field under ``.Payload``)."""
+
+    @field_validator("field")
+    @classmethod
+    def _check_field(cls, value: str) -> str:
+        ref = check_ref(value)
+        if ref.root not in ("before", "after"):
+            raise ValueError(f"field must be under .Payload; got {value!r}")
+        return value.strip()
+
+
 class ErrorSettings(PluginSettings):
     message: GoTemplateText = "error processor triggered"
 
@@ -130,5 +143,11 @@ ERROR = PluginSpec("error", "processor", ErrorSettings, engine=_ENGINE + "error"
 BASE64_ENCODE = PluginSpec("base64.encode", "processor", Base64Settings, engine=_ENGINE + "base64_encode")
 UNWRAP_OPENCDC = PluginSpec(
     "unwrap.opencdc", "processor", UnwrapOpenCDCSettings, engine=_ENGINE + "unwrap_opencdc"
+)
+UNWRAP_DEBEZIUM = PluginSpec(
+    "unwrap.debezium", "processor", UnwrapPayloadSettings, engine=_ENGINE + "unwrap_debezium"
+)
+UNWRAP_KAFKACONNECT = PluginSpec(
+    "unwrap.kafkaconnect", "processor", UnwrapPayloadSettings, engine=_ENGINE + "unwrap_kafkaconnect"
 )
 BASE64_DECODE = PluginSpec("base64.decode", "processor", Base64Settings, engine=_ENGINE + "base64_decode")
