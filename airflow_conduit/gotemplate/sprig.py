@@ -52,6 +52,8 @@ def _coalesce(*values: Any) -> Any:
 def _json(value: Any) -> Any:
     if value is NO_VALUE:
         return None
+    if hasattr(value, "json_value"):  # a record: its OpenCDC JSON, as its MarshalJSON gives it
+        return _json(value.json_value())
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()  # encoding/json writes []byte as base64
     if isinstance(value, dict):
