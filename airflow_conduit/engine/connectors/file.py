@@ -11,6 +11,7 @@ they sort in delivery order, published exactly once with a delivery marker (see 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -44,6 +45,8 @@ SCAN_CHUNK = 8 << 20
 MIN_PARTITION_BYTES = 1 << 20
 MAX_PARTITION_BYTES = 64 << 20
 ARROW_ROWS = 20_000
+
+logger = logging.getLogger("airflow_conduit.engine")
 
 
 def is_visible(name: str) -> bool:
@@ -236,6 +239,13 @@ class FileDataSource(DataSource):
 
 
 def read_stream(spark: SparkSession, settings: FileSourceSettings, ctx: SourceContext) -> DataFrame:
+    if not os.path.exists(settings.path):
+        # Not an error (the files may come later), but a run that reads nothing should say why.
+        logger.warning(
+            "source %s: %s does not exist (yet): nothing to read until it does",
+            ctx.node_id,
+            os.path.abspath(settings.path),
+        )
     return read_python_source(spark, FileDataSource, FileSource.from_settings(settings), ctx, SCHEMA)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
+from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
 from airflow_conduit.record import opencdc_json_steps
 
@@ -91,6 +92,12 @@ class StagedFiles:
 def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -> StagedFiles:
     """Write ``records`` as OpenCDC JSON lines into a hidden staging dir of ``directory``."""
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        # A configuration mistake: retrying cannot help, so it must not look transient.
+        raise FatalError(
+            f"{directory} exists and is not a directory: the file destination writes a directory of "
+            "JSON-lines files there; name a directory, or a path that does not exist yet"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
     staging, commit_dir = directory / f"_tmp-{prefix}", directory / f"_commit-{prefix}"
