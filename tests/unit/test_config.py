@@ -675,3 +675,15 @@ def test_registry_shape() -> None:
 def test_empty_pipeline_list_is_an_issue() -> None:
     found = issue_at(issues('version: "2.2"\npipelines: []\n'), "pipelines")
     assert found.message == "the file defines no pipelines"
+
+
+def test_generator_settings_as_conduit_reads_them() -> None:
+    from airflow_conduit.config.settings import GeneratorSettings
+
+    assert GeneratorSettings.model_validate({"recordCount": "0"}).record_count == -1  # 0: unbounded
+    assert GeneratorSettings.model_validate({"recordCount": 5}).record_count == 5
+    assert GeneratorSettings.model_validate({"readTime": "100ms"}).rate == pytest.approx(10.0)
+    with pytest.raises(ValueError, match='cannot specify both "readTime" and "rate"'):
+        GeneratorSettings.model_validate({"readTime": "1s", "rate": 5})
+    with pytest.raises(ValueError, match="not a Go duration"):
+        GeneratorSettings.model_validate({"readTime": "soon"})

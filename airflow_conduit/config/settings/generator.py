@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from ...record import OPERATIONS
 from ..spec import PluginSettings, PluginSpec
-from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, comma_list
+from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, comma_list, go_duration
 
 FieldType = Literal["int", "string", "bool", "time", "duration"]
 _FORMAT_OPTIONS = "format.options"
@@ -21,9 +21,11 @@ def _default_fields() -> dict[str, FieldType]:
 
 class GeneratorSettings(PluginSettings):
     record_count: int = Field(-1, alias="recordCount")
-    """Records to produce; -1 means unbounded."""
+    """Records to produce; 0 (Conduit's spelling) or -1 means unbounded."""
     rate: float = Field(0.0, ge=0)
     """Records per second; 0 means no limit."""
+    read_time: str = Field("", alias="readTime", exclude=True)
+    """Conduit's deprecated spelling of the rate: the time one record takes (a Go duration)."""
     collections: str = ""
     operations: str = "create"
     format_type: Literal["structured", "raw"] = Field("structured", alias="format.type")
@@ -52,8 +54,21 @@ class GeneratorSettings(PluginSettings):
     @classmethod
     def _check_record_count(cls, value: int) -> int:
         if value < -1:
-            raise ValueError("must be -1 (unbounded) or >= 0")
-        return value
+            raise ValueError("must be >= 0 (0: unbounded, as in Conduit)")
+        return -1 if value == 0 else value
+
+    @model_validator(mode="after")
+    def _read_time_as_rate(self) -> GeneratorSettings:
+        if not self.read_time:
+            return self
+        seconds = go_duration(self.read_time)
+        if seconds > 0 and self.rate > 0:
+            raise ValueError(
+                'cannot specify both "readTime" and "rate", "readTime" is deprecated, please only specify "rate"'
+            )
+        if seconds > 0:
+            object.__setattr__(self, "rate", 1.0 / seconds)  # Conduit's rate.Every(readTime)
+        return self
 
     @field_validator("collections")
     @classmethod

@@ -18,7 +18,8 @@ from pyspark.sql import DataFrame
 
 from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.config.settings.webhook import WebhookHttpSettings, go_duration
+from airflow_conduit.config.settings._common import go_duration
+from airflow_conduit.config.settings.webhook import WebhookHttpSettings
 from airflow_conduit.engine.processors import _record_fields as fields
 from airflow_conduit.engine.processors.custom_python import apply_builtin
 from airflow_conduit.gotemplate import Template, TemplateExecError, is_template
