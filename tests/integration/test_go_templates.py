@@ -133,3 +133,20 @@ def test_random_template_values_differ_per_record_and_are_not_recomputed(spark, 
     # Like user code, such a processor is not pure: a replayed batch reads its stored decisions.
     proc = load_pipeline_text(text_of_file.replace("{tmp}", str(tmp_path))).pipelines[0].processors[0]
     assert is_pure(proc, spark.createDataFrame([], "x int")) is False
+
+
+def test_a_templated_operation_must_be_one_conduit_knows(run_yaml, tmp_path):
+    template = '{{ if eq (index .Metadata "opencdc.collection") "a" }}update{{ else }}upsert{{ end }}'
+    payload = run_yaml(
+        pipeline(f"""
+      - id: op
+        plugin: field.set
+        settings: {{field: .Operation, value: '{template}'}}
+""")
+    )
+    assert payload["exit_code"] == 0, payload
+    out = read_jsonl(tmp_path / "out")
+    assert [key_of(r) for r in out] == [i for i in range(30) if i % 3 == 0]
+    assert {r["operation"] for r in out} == {"update"}
+    errors = {r["metadata"]["conduit.dlq.nack.error"] for r in read_jsonl(tmp_path / "dlq")}
+    assert errors == {'invalid operation "upsert"'}

@@ -17,13 +17,22 @@ from airflow_conduit.engine.processors._expr import (
     unsupported,
 )
 from airflow_conduit.engine.processors._templates import setting_sql
+from airflow_conduit.record import OPERATIONS
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[FieldSetSettings]) -> DataFrame:
     ref = parse_field_ref(proc.settings.field)
     value = setting_sql(proc, "value")
     if ref.root == "operation":
-        return apply_changes(records, proc, {"operation": value})
+        # A fixed value was checked at validate; a template's is known per record, as in Conduit.
+        known = ", ".join(sql_str(op) for op in OPERATIONS)
+        return apply_changes(
+            records,
+            proc,
+            {"operation": value},
+            problem=f"({value}) NOT IN ({known})",
+            problem_message=f"concat('invalid operation \"', {value}, '\"')",
+        )
     if ref.root == "metadata":
         if not ref.path:
             raise unsupported(proc, ref)
