@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_conduit.files import write_atomic
-from airflow_conduit.record import position_text
+from airflow_conduit.record import META_READ_AT, META_SOURCE_CONNECTOR, position_text
 from airflow_conduit.state import PipelineState
 
 NACK_ERROR = "conduit.dlq.nack.error"
@@ -72,6 +72,31 @@ class DLQEntry:
         if position is None:
             position = (self.record or {}).get("position")
         return position
+
+    @property
+    def position_bytes(self) -> bytes | None:
+        """The failed record's position as the engine and ``acked.jsonl`` hold it (the stored base64
+        decoded; a position stored as plain text, as its UTF-8 bytes)."""
+        position = self.position
+        if position is None:
+            return None
+        try:
+            return base64.b64decode(position, validate=True)
+        except (binascii.Error, ValueError):
+            return str(position).encode()
+
+    @property
+    def source_node(self) -> str | None:
+        """The node id (``pipeline:source``) of the source that read the failed record."""
+        return self.metadata.get(META_SOURCE_CONNECTOR) or None
+
+    @property
+    def read_at(self) -> datetime | None:
+        """When the source read the failed record (OpenCDC's ``opencdc.readAt``, nanoseconds)."""
+        try:
+            return datetime.fromtimestamp(int(self.metadata[META_READ_AT]) / 1e9, UTC)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None
 
     @property
     def record(self) -> dict[str, Any] | None:
@@ -185,7 +210,7 @@ def summarize(entries: Iterable[DLQEntry], *, max_codes: int = 20) -> dict[str, 
     codes: list[str] = []
     nodes: list[str] = []
     for entry in entries:
-        code = entry.error_code or _short(entry.error)
+        code = entry_code(entry)
         if code and code not in codes and len(codes) < max_codes:
             codes.append(code)
         if entry.node and entry.node not in nodes:
@@ -197,6 +222,12 @@ def summarize(entries: Iterable[DLQEntry], *, max_codes: int = 20) -> dict[str, 
         "error_codes": codes,
         "nodes": nodes,
     }
+
+
+def entry_code(entry: DLQEntry) -> str | None:
+    """The entry's error code: the ``conduit.dlq.nack.error.code`` metadata where the engine writes it,
+    else the error message's first line, shortened."""
+    return entry.error_code or _short(entry.error)
 
 
 def _short(message: str | None, limit: int = 120) -> str | None:
@@ -251,6 +282,27 @@ def write_replay(
 def entry_id(entry: DLQEntry) -> str:
     """A DLQ entry's identity across replays: ``FILE:LINE`` in the DLQ store."""
     return f"{entry.file}:{entry.line}"
+
+
+def source_id(entry: DLQEntry, pipeline_id: str) -> str | None:
+    """The id of the source that read the entry's failed record, as an ack names it (the record names
+    it by node id, ``pipeline:source``)."""
+    node = entry.source_node
+    if node is None:
+        return None
+    prefix = f"{pipeline_id}:"
+    return node[len(prefix) :] if node.startswith(prefix) else node
+
+
+def acknowledged(state: PipelineState, entries: Iterable[DLQEntry]) -> set[str]:
+    """The ids (:func:`entry_id`) of the ``entries`` acknowledged as DLQ entries (:meth:`PipelineState.ack`
+    with ``dlq_entry``: the UI's DLQ browser): a replay never sends them.
+
+    An ack of a poison record's position alone (``airflow-conduit ack``) does not count: it lets the
+    pipeline past the record, and replaying its DLQ entry once the cause is fixed stays possible.
+    """
+    named = {ack["dlq_entry"] for ack in state.read_acked() if isinstance(ack.get("dlq_entry"), str)}
+    return {entry_id(entry) for entry in entries} & named if named else set()
 
 
 def replay_line(entry: DLQEntry, failed: Mapping[str, Any] | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ Layout of ``STATE_DIR/PIPELINE_ID/``::
     status.json     current status, counters, last error, recovery attempt
     audit.jsonl     one event per line: started, fault, recovering, restarted, degraded, stopped
     exit.json       the exit payload of the last run
+    batches.jsonl   one line per committed micro-batch: counts, time, source lag (``batch_log.py``)
     dlq/            the DLQ records of every run, OpenCDC JSON lines (the queryable DLQ store)
     window.json     the DLQ nack window, carried across batches and runs
     decisions/      a decided micro-batch until every output published it (engine/decisions.py)
@@ -64,9 +65,16 @@ def parse_time(value: str | datetime) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+USER_ENV = "CONDUIT_USER"
+"""Names the person a process acts for, for the audit log: set by the Airflow UI on the replay it starts
+for a signed-in user (the process itself runs as the API server's system user)."""
+
+
 def current_user() -> str:
-    """Who runs this process, for the audit log (``ack``, ``replay``); empty when the system cannot say
-    (a container's uid without a passwd entry)."""
+    """Who runs this process, for the audit log (``ack``, ``replay``): ``$CONDUIT_USER`` when set, else the
+    system user; empty when the system cannot say (a container's uid without a passwd entry)."""
+    if named := os.environ.get(USER_ENV, "").strip():
+        return named
     try:
         return getpass.getuser()
     except (KeyError, OSError):
@@ -381,6 +389,11 @@ class PipelineState:
         return self.root / "exit.json"
 
     @property
+    def batches_file(self) -> Path:
+        """The per-batch history (:mod:`airflow_conduit.batch_log`)."""
+        return self.root / "batches.jsonl"
+
+    @property
     def dlq_dir(self) -> Path:
         return self.root / "dlq"
 
@@ -466,10 +479,21 @@ class PipelineState:
 
     # acknowledged poison records ----------------------------------------------------------------
     def ack(
-        self, position: bytes, *, reason: str = "", user: str = "", source: str | None = None
+        self,
+        position: bytes,
+        *,
+        reason: str = "",
+        user: str = "",
+        source: str | None = None,
+        dlq_entry: str | None = None,
     ) -> dict[str, Any]:
         """Acknowledge the record at ``position`` without writing it (of ``source`` only, or of any
-        source); one line appended to ``acked.jsonl`` and an ``acked`` audit event."""
+        source); one line appended to ``acked.jsonl`` and an ``acked`` audit event.
+
+        :param dlq_entry: the DLQ entry acknowledged (``FILE:LINE``, the UI's DLQ browser): a replay never
+            sends that entry. An ack without one (``airflow-conduit ack`` of a poison record) only lets
+            the pipeline past the record; a replay after the fix still delivers its DLQ entry.
+        """
         entry = {
             "time": utc_now(),
             "position": base64.b64encode(position).decode("ascii"),
@@ -478,10 +502,13 @@ class PipelineState:
             "reason": reason,
             "user": user,
         }
+        if dlq_entry is not None:
+            entry["dlq_entry"] = dlq_entry
         self.root.mkdir(parents=True, exist_ok=True)
         with self.acked_file.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(entry) + "\n")
-        self.audit("acked", position=entry["position_text"], source=source, reason=reason, user=user)
+        extra = {"dlq_entry": dlq_entry} if dlq_entry is not None else {}
+        self.audit("acked", position=entry["position_text"], source=source, reason=reason, user=user, **extra)
         return entry
 
     def read_acked(self) -> list[dict[str, Any]]:

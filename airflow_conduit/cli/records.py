@@ -228,7 +228,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(
             f"{pipeline.id}: {summary['to_replay']} of {summary['dlq_records']} DLQ records would be replayed "
-            f"({summary['already_replayed']} already replayed)"
+            f"({summary['already_replayed']} already replayed, {summary['acknowledged']} acknowledged)"
         )
         for position in summary["positions"]:
             print(f"  {position}")

@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         until_idle=args.until_idle,
         stop_timeout=args.stop_timeout,
         recover=args.recover,
+        pipeline_file=Path(args.file).resolve(),
     )
     payloads = run_pipelines(request, install_signal_handlers=_install_signal_handlers)
     for payload in payloads:

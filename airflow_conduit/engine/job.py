@@ -7,6 +7,7 @@ driver).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
@@ -17,13 +18,16 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from airflow_conduit.batch_log import BatchEntry, append_batch
 from airflow_conduit.config.model import PipelineConfig
 from airflow_conduit.config.registry import spark_sources
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.intake import source_stream
+from airflow_conduit.engine.lag import SourceLags
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
+from airflow_conduit.run_origin import airflow_context
 from airflow_conduit.state import ExitPayload, PipelineState, Status, utc_now
 
 logger = logging.getLogger("airflow_conduit.engine")
@@ -40,6 +44,8 @@ class RunOptions:
     """After a stop request, how long the batch in flight may take before the stop is forceful."""
     trigger_interval: str = DEFAULT_TRIGGER_INTERVAL
     """In continuous mode, the least time between micro-batch starts."""
+    pipeline_file: str | None = None
+    """The pipeline file's absolute path, for the ``started`` event (a replay is started from it)."""
 
 
 class PipelineRun:
@@ -60,6 +66,7 @@ class PipelineRun:
         self.on_batch = on_batch
         self.processor = BatchProcessor(pipeline, state, state.generation())
         self.metrics = PipelineMetrics(pipeline, state, f"conduit-{pipeline.id}")
+        self.lags = SourceLags(pipeline)
         self.error: PipelineError | None = None
         self.query: StreamingQuery | None = None
         self.started_at = utc_now()
@@ -88,10 +95,15 @@ class PipelineRun:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=self.options.trigger_interval)
+        origin = self.origin()
         state.write_status(
-            Status.RUNNING, error=None, started_at=self.started_at, counters=self.counters.records().to_dict()
+            Status.RUNNING,
+            error=None,
+            started_at=self.started_at,
+            counters=self.counters.records().to_dict(),
+            **origin,
         )
-        state.audit("started", mode="until_idle" if self.options.until_idle else "continuous")
+        state.audit("started", mode="until_idle" if self.options.until_idle else "continuous", **origin)
         if acked := state.read_acked():
             state.audit("skipping_acked", positions=[e.get("position_text") for e in acked])
         self.metrics.attach(self.spark)  # removed again in finish()
@@ -103,8 +115,20 @@ class PipelineRun:
         self.metrics.set_run_id(self.query.runId)
         return self
 
+    def origin(self) -> dict[str, Any]:
+        """Where the run comes from: ``file`` (the pipeline file), ``cwd`` (the driver's working directory,
+        which relative paths in the file are read against), ``master`` (the Spark master) and ``airflow``
+        (the task instance that started it, from its ``AIRFLOW_CTX_*`` environment, else ``None``)."""
+        return {
+            "file": self.options.pipeline_file,
+            "cwd": os.getcwd(),
+            "master": self.spark.sparkContext.master,
+            "airflow": airflow_context(os.environ),
+        }
+
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
         self._in_batch = True
+        started_at = utc_now()
         started = time.monotonic()
         try:
             result = self.processor(batch, batch_id)
@@ -114,6 +138,7 @@ class PipelineRun:
         finally:
             self._in_batch = False
         seconds = time.monotonic() - started
+        self._log_batch(result, started_at, seconds)
         self.state.write_status(
             Status.RUNNING, counters=self.counters.records().to_dict(), batches=self.counters.batches
         )
@@ -132,6 +157,29 @@ class PipelineRun:
         self.metrics.on_batch(batch_id, self.counters, seconds)
         if self.on_batch:
             self.on_batch(self, result)
+
+    def _log_batch(self, result: BatchResult, started_at: str, seconds: float) -> None:
+        """One line of the batch log: the batch is in every destination and the DLQ (Spark commits
+        it as ``foreachBatch`` returns). The log serves the UI's charts: failing to write it never
+        fails the pipeline."""
+        written_by = {f"{self.pipeline.id}:{name}": count for name, count in result.written.items()}
+        entry = BatchEntry(
+            batch=result.batch_id,
+            run_started_at=self.started_at,
+            started_at=started_at,
+            ended_at=utc_now(),
+            seconds=round(seconds, 3),
+            read=result.read,
+            written=sum(written_by.values()),
+            written_by=written_by,
+            filtered=result.filtered,
+            dlq=result.nacked,
+            lag=self.lags.at(self.processor.context.offsets),
+        )
+        try:
+            append_batch(self.state, entry)
+        except OSError:
+            logger.warning("could not write %s", self.state.batches_file, exc_info=True)
 
     def request_stop(self) -> None:
         """Graceful stop: sources report no new data, the batch in flight completes and commits."""
@@ -194,6 +242,7 @@ class PipelineRun:
             state_dir=str(state.root),
         )
         state.write_exit_payload(payload)
+        self.lags.close()
         records = payload.counters.to_dict()
         self.metrics.finish(payload.status, records)
         state.write_status(

@@ -9,6 +9,10 @@ record, its ``.Payload.After``. Everything lives under ``STATE/PIPELINE/replay/`
     PIPELINE/         the replay's own state dir: checkpoint, DLQ (records that failed again), audit log
     replayed.jsonl    the DLQ entries replayed successfully: a later replay skips them
 
+DLQ entries acknowledged as such (the UI's acknowledge button: ``acked.jsonl`` lines naming the entry) are
+never queued: someone decided that record is not to be written. A poison record's ack
+(``airflow-conduit ack``) names no entry: its DLQ entry is replayed once the cause is fixed.
+
 The replay checkpoint makes a repeated replay resume where the last one stopped, so nothing is written
 twice; a DLQ entry is identified by its DLQ file and line. Entries that fail again land in the replay's
 DLQ and are queued again by the next ``replay`` (after the cause was fixed).
@@ -26,127 +30,27 @@ from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, Proces
 from airflow_conduit.config.settings.file import FileSourceSettings
 from airflow_conduit.config.settings.log import LogDestinationSettings
 from airflow_conduit.config.settings.python import CustomPythonSettings
-from airflow_conduit.dlq_tools import REPLAY_ENTRY, DLQEntry, entry_id, read_dlq, replay
+from airflow_conduit.dlq_tools import DLQEntry, acknowledged, entry_id, read_dlq, replay
 from airflow_conduit.errors import EXIT_STOPPED
-from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.record import position_text
+from airflow_conduit.replay_state import ReplayLine, ReplayPaths, ReplayStatus, read_replayed, replay_status
 from airflow_conduit.state import ExitPayload, PipelineState, RunRecords, current_user
+
+__all__ = [  # the bookkeeping lives in replay_state (no Spark): its names are still importable here
+    "ReplayLine",
+    "ReplayPaths",
+    "ReplayPlan",
+    "ReplayStatus",
+    "plan_replay",
+    "read_replayed",
+    "replay_dlq",
+    "replay_pipeline",
+    "replay_status",
+]
 
 SOURCE_ID = "replay-dlq"
 UNWRAP_ID = "replay-unwrap"
 UNWRAP_FUNCTION = "airflow_conduit.dlq_tools:unwrap_dlq_record"
-
-
-# bookkeeping (plain Python) ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReplayLine:
-    file: str
-    offset: int
-    entry: str
-    """The DLQ entry it replays, ``FILE:LINE``."""
-
-    @property
-    def position(self) -> str:
-        """The replay source's position of this line, as text."""
-        return f"{self.file}:{self.offset}"
-
-
-@dataclass(frozen=True)
-class ReplayPaths:
-    state: PipelineState
-    """The pipeline's own state."""
-
-    @property
-    def root(self) -> Path:
-        return self.state.root / "replay"
-
-    @property
-    def inbox(self) -> Path:
-        return self.root / "inbox"
-
-    @property
-    def replay_state(self) -> PipelineState:
-        return PipelineState(self.root, self.state.pipeline_id)
-
-    @property
-    def replayed_file(self) -> Path:
-        return self.root / "replayed.jsonl"
-
-
-def queued_lines(inbox: Path) -> list[ReplayLine]:
-    """Every line of the replay files, in the order the replay source reads them."""
-    if not inbox.is_dir():
-        return []
-    lines = []
-    for path in sorted(p for p in inbox.iterdir() if p.is_file() and not p.name.startswith(("_", "."))):
-        offset = 0
-        for raw in path.read_bytes().splitlines(keepends=True):
-            try:
-                metadata = json.loads(raw).get("metadata") or {}
-            except ValueError:
-                metadata = {}
-            if REPLAY_ENTRY in metadata:
-                lines.append(ReplayLine(path.name, offset, metadata[REPLAY_ENTRY]))
-            offset += len(raw)
-    return lines
-
-
-def processed_ends(replay_state: PipelineState) -> dict[str, int]:
-    """Per replay file, the byte offset up to which the replay committed (acked every record)."""
-    log = OffsetLog.of(replay_state)
-    last = log.last_committed()
-    if last is None:
-        return {}
-    ends = log.read(last).ends
-    return dict((ends[0] or {}).get("files") or {}) if ends else {}
-
-
-def read_replayed(path: Path) -> set[str]:
-    """The DLQ entries (``FILE:LINE``) replayed successfully."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return set()
-    done = set()
-    for line in lines:
-        try:
-            done.add(json.loads(line)["entry"])
-        except (ValueError, KeyError, TypeError):
-            continue  # a torn last line
-    return done
-
-
-@dataclass(frozen=True)
-class ReplayStatus:
-    """Where every DLQ entry that was ever queued stands."""
-
-    succeeded: frozenset[str]
-    failed: frozenset[str]
-    pending: frozenset[str]
-    processed_lines: frozenset[str]
-    """Positions (text) of replay lines the replay committed."""
-
-
-def replay_status(paths: ReplayPaths) -> ReplayStatus:
-    ends = processed_ends(paths.replay_state)
-    failed_positions = {position_text(e.position) for e in read_dlq(paths.replay_state.dlq_dir)}
-    latest: dict[str, ReplayLine] = {}
-    processed = set()
-    for line in queued_lines(paths.inbox):
-        latest[line.entry] = line  # a re-queued entry: its last line decides
-        if line.offset < ends.get(line.file, 0):
-            processed.add(line.position)
-    succeeded, failed, pending = set(read_replayed(paths.replayed_file)), set(), set()
-    for entry, line in latest.items():
-        if entry in succeeded:
-            continue
-        if line.position not in processed:
-            pending.add(entry)
-        elif line.position in failed_positions:
-            failed.add(entry)
-        else:
-            succeeded.add(entry)
-    return ReplayStatus(frozenset(succeeded), frozenset(failed), frozenset(pending), frozenset(processed))
 
 
 def replay_pipeline(pipeline: PipelineConfig, inbox: Path) -> PipelineConfig:
@@ -188,15 +92,22 @@ class ReplayPlan:
     """Entries queued by an earlier replay that did not finish: the checkpoint resumes them."""
     already_replayed: int
     dlq_records: int
+    acknowledged: int = 0
+    """Entries left out because they were acknowledged as DLQ entries (and not replayed before)."""
 
 
 def plan_replay(paths: ReplayPaths) -> ReplayPlan:
     entries = read_dlq(paths.state.dlq_dir)
     status = replay_status(paths)
+    acked = acknowledged(paths.state, entries) - status.succeeded
     to_queue = tuple(
-        e for e in entries if entry_id(e) not in status.succeeded and entry_id(e) not in status.pending
+        e
+        for e in entries
+        if entry_id(e) not in status.succeeded
+        and entry_id(e) not in status.pending
+        and entry_id(e) not in acked
     )
-    return ReplayPlan(to_queue, len(status.pending), len(status.succeeded), len(entries))
+    return ReplayPlan(to_queue, len(status.pending), len(status.succeeded), len(entries), len(acked))
 
 
 def queue(paths: ReplayPaths, entries: tuple[DLQEntry, ...]) -> Path | None:
@@ -225,6 +136,7 @@ def replay_dlq(
         "pipeline": pipeline.id,
         "dlq_records": plan.dlq_records,
         "already_replayed": plan.already_replayed,
+        "acknowledged": plan.acknowledged,
         "to_replay": len(plan.to_queue) + plan.pending,
         "dry_run": dry_run,
         "replay_dir": str(paths.root),

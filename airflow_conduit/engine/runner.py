@@ -31,12 +31,15 @@ class RunRequest:
     until_idle: bool = False
     stop_timeout: float | None = None
     recover: bool = False
+    pipeline_file: Path | None = None
+    """Where the pipelines were loaded from (absolute), for their ``started`` events."""
 
     @property
     def options(self) -> RunOptions:
         return RunOptions(
             until_idle=self.until_idle,
             stop_timeout=DEFAULT_STOP_TIMEOUT if self.stop_timeout is None else self.stop_timeout,
+            pipeline_file=str(self.pipeline_file) if self.pipeline_file is not None else None,
         )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_conduit.errors import Code, PipelineError
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration
 from airflow_conduit.run_lock import OWNER_ENV, TRY_ENV, LockHolder, current_holder
+from airflow_conduit.run_origin import airflow_env
 from airflow_conduit.state import ExitPayload, PipelineState, parse_time
 from airflow_conduit.triggers.hand_over import not_before
 
@@ -68,11 +69,26 @@ class OneEnginePerPipeline:
         return f"{ti.dag_id}/{ti.task_id}/{ti.run_id}/{getattr(ti, 'map_index', -1)}"
 
     def _name_the_engine(self, context: Context) -> None:
-        """Put this task instance into the engine's lock (``run.lock``), so a retry recognises it."""
+        """Put this task instance into the engine's lock (``run.lock``), so a retry recognises it, and
+        into its ``started`` event (``AIRFLOW_CTX_*``, see :mod:`airflow_conduit.run_origin`): passed
+        with the job's own environment, which reaches the driver wherever Spark starts it, unlike the
+        worker's environment that spark-submit inherits."""
         owner = self._owner(context)
         if owner is not None:
+            ti = context["ti"]
+            try_number = getattr(ti, "try_number", None)
             self.hook.env_vars[OWNER_ENV] = owner
-            self.hook.env_vars[TRY_ENV] = str(getattr(context.get("ti"), "try_number", "") or "")
+            self.hook.env_vars[TRY_ENV] = str(try_number or "")
+            map_index = getattr(ti, "map_index", None)
+            self.hook.env_vars.update(
+                airflow_env(
+                    dag_id=ti.dag_id,
+                    run_id=ti.run_id,
+                    task_id=ti.task_id,
+                    try_number=int(try_number) if try_number is not None else None,
+                    map_index=int(map_index) if map_index is not None else -1,
+                )
+            )
 
     def _wait_for_the_other_engine(
         self, policy: RecoveryPolicy, refusals: int, runs: list[dict[str, Any]]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,51 @@ def details(state: PipelineState) -> dict[str, Any]:
         "dlq": dlq(state),
         "metrics": read_metrics(state),
     }
+
+
+def latest_event(state: PipelineState, name: str) -> dict[str, Any] | None:
+    """The pipeline's newest audit event called ``name``, or ``None``."""
+    return next((e for e in reversed(state.read_audit()) if e.get("event") == name), None)
+
+
+@dataclass(frozen=True)
+class AirflowContext:
+    """An Airflow DAG run or task instance, as the UI's external views name it (``None``: any)."""
+
+    dag_id: str
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: str | None = None
+
+    def matches(self, airflow: Mapping[str, Any]) -> bool:
+        """``airflow`` (a ``started`` event's) is this run / task; a map index the event does not hold,
+        or ``-1`` (Airflow's "not mapped"), does not rule it out."""
+        if str(airflow.get("dag_id")) != self.dag_id:
+            return False
+        for key in ("run_id", "task_id"):
+            wanted = getattr(self, key)
+            if wanted and str(airflow.get(key)) != wanted:
+                return False
+        held = airflow.get("map_index")
+        if self.map_index not in (None, "", "-1") and held not in (None, "", -1, "-1"):
+            return str(held) == self.map_index
+        return True
+
+
+def pipeline_run_by(states: Iterable[PipelineState], context: AirflowContext) -> PipelineState | None:
+    """The pipeline whose latest ``started`` event that matches ``context`` is the newest of all."""
+    best: tuple[datetime, PipelineState] | None = None
+    for state in states:
+        for event in reversed(state.read_audit()):
+            airflow = event.get("airflow")
+            if event.get("event") != "started" or not isinstance(airflow, Mapping):
+                continue
+            if context.matches(airflow):
+                try:
+                    moment = parse_time(str(event.get("time")))
+                except ValueError:
+                    break
+                if best is None or moment > best[0]:
+                    best = (moment, state)
+                break
+    return best[1] if best else None

@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from airflow_conduit.run_origin import airflow_context
 from airflow_conduit.state import PipelineState, utc_now
 
 STATUS = {0: "stopped", 1: "degraded", 2: "degraded", 75: "failed"}
@@ -104,7 +106,8 @@ def main(argv: list[str]) -> int:
     if "detach_seconds" in run:
         detach(state, float(run["detach_seconds"]))
     state.write_status("running", error=None)
-    state.audit("started", run=n + 1, until_idle=args.until_idle)
+    # As the engine's started event: the task instance, from the environment the job was given.
+    state.audit("started", run=n + 1, until_idle=args.until_idle, airflow=airflow_context(os.environ))
     dlq = int(run.get("dlq", 0))
     if dlq:
         state.dlq_dir.mkdir(parents=True, exist_ok=True)

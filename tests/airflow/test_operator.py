@@ -159,6 +159,18 @@ def test_fatal_error_fails_at_once(airflow_env, tmp_path):
     assert state.read_status()["error"]["code"] == "processor_fatal"
 
 
+def test_the_engine_is_told_which_task_instance_started_it(airflow_env, tmp_path):
+    """The job gets the task instance's AIRFLOW_CTX_* variables from the operator, with the map index
+    that Airflow itself does not export; the engine puts them into its started event."""
+    dag, state = pipeline_dag(airflow_env, tmp_path, "op_origin", [ok()], "retries=0")
+    r = airflow_env.run_dag(dag, "op_origin")
+    assert r["tasks"]["run"]["state"] == "success"
+    started = [e for e in state.read_audit() if e["event"] == "started"]
+    assert [e["airflow"] for e in started] == [
+        {"dag_id": "op_origin", "run_id": r["run_id"], "task_id": "run", "try_number": 1, "map_index": -1}
+    ]
+
+
 def test_config_error_fails_without_retry(airflow_env, tmp_path):
     dag, state = pipeline_dag(
         airflow_env,

@@ -22,7 +22,11 @@ def test_plugin_is_registered_without_pyspark(airflow_env):
     plugins = {p["name"]: p for p in json.loads(proc.stdout)}
     ours = plugins["conduit"]
     assert [a["url_prefix"] for a in ours["fastapi_apps"]] == ["/conduit"]
-    assert [v["url_route"] for v in ours["external_views"]] == ["conduit"]
+    assert [(v["url_route"], v["destination"]) for v in ours["external_views"]] == [
+        ("conduit", "nav"),
+        ("conduit-dag-run", "dag_run"),
+        ("conduit-task-instance", "task_instance"),
+    ]
     assert ours["operator_extra_links"] == ["<airflow_conduit.plugins.links.ConduitPipelineLink object>"]
 
     code = textwrap.dedent(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import pytest
 
@@ -42,9 +45,7 @@ def test_markup_in_state_is_escaped_once(client, tmp_path):
 
     page = client.get("/pipelines/odd").text
     assert f'<span class="error-message">{ESCAPED}</span>' in page
-    assert "&lt;script&gt;alert(&#39;&amp;\\&#34;x&#39;)&lt;/script&gt;" in page  # the event's JSON
-    assert "<code>conduit_x_total{n=&#34;&lt;&amp;&gt;&#34;}</code></td><td>1.5e+06</td>" in page
-    assert "conduit_x_bucket" not in page
+    # Events and metrics are no longer in the HTML: the page's script fetches them as JSON (as text).
     assert "&amp;lt;" not in page and "&amp;#" not in page
     assert " at None" not in page and "None" not in page  # no node, no delay: nothing printed
     assert '<span class="status recovering" data-status="recovering">recovering</span>' in page
@@ -75,6 +76,27 @@ def test_a_pipeline_with_only_an_exit_payload(client, tmp_path):
     listing = client.get("/").text
     assert '<span class="status failed" data-status="failed">failed</span>' in listing
     assert '<span class="error-message">lost the source</span>' in listing
-    assert "<td>2.5</td>" in listing  # 10 records in 4 s
+    assert '<td class="num">2.5</td>' in listing  # 10 records in 4 s
     item = client.get("/api/pipelines/ended").json()
     assert (item["status"], item["throughput"], item["counters"]["read"]) == ("failed", 2.5, 10)
+
+
+def test_boot_data_and_the_id_with_markup(client, tmp_path):
+    """The id reaches the heading escaped once and the boot JSON (read by conduit.js) intact, in a
+    script element that no value can end (tojson escapes <, >, & and ')."""
+    pipeline_id = "a<b>'&\"c"
+    PipelineState.of(tmp_path / "state", pipeline_id).write_status("running", counters={"read": 1})
+    page = client.get(f"/pipelines/{quote(pipeline_id, safe='')}").text
+    assert '<span class="pipeline-id">a&lt;b&gt;&#39;&amp;&#34;c</span>' in page
+    boot_text = re.search(r'<script id="conduit-boot" type="application/json">(.*?)</script>', page, re.S)
+    assert boot_text is not None
+    assert not set("<>&'") & set(boot_text.group(1))
+    boot = json.loads(boot_text.group(1))
+    assert (boot["page"], boot["pipeline_id"], boot["state_dir"]) == (
+        "pipeline",
+        pipeline_id,
+        str(tmp_path / "state"),
+    )
+    assert boot["api"]["timeline"].endswith("/timeline")
+    for hook in ('id="chart-throughput"', 'id="timeline"', 'id="events"', 'id="dlq"', 'id="dlq-record"'):
+        assert hook in page

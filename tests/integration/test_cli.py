@@ -124,6 +124,15 @@ def test_run_until_idle_prints_the_exit_payload_last(pipeline_file, tmp_path):
     assert status[0]["pipeline"] == "clitest" and status[0]["status"] == "stopped"
     assert status[0]["counters"]["read"] == 1000
     assert [e["event"] for e in status[0]["last_events"]][-2:] == ["started", "stopped"]
+    started = status[0]["last_events"][-2]
+    assert (started["file"], started["cwd"], started["master"], started["airflow"]) == (
+        str(pipeline_file.resolve()),
+        os.getcwd(),  # the CLI ran in this process's directory; a UI replay runs there too
+        "local[*]",
+        None,
+    )
+    batches = (state / "clitest" / "batches.jsonl").read_text().splitlines()
+    assert len(batches) == payload["batches"] and sum(json.loads(b)["read"] for b in batches) == 1000
     dlq = cli("dlq", "clitest", "--state-dir", str(state), "--json")
     dlq_records = [json.loads(line) for line in dlq.stdout.splitlines()]
     assert [text(r["position"]) for r in dlq_records] == ["7", "507"]

@@ -22,9 +22,12 @@ connector, the processors and the config loader added about 0.2 s to each start.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_conduit.engine.connectors._stream import Delivery, SourceContext
+
+if TYPE_CHECKING:
+    from airflow_conduit.batch_log import SourceLag
 
 
 class Staged(Protocol):
@@ -33,9 +36,22 @@ class Staged(Protocol):
     def discard(self) -> None: ...
 
 
+class LagReader(Protocol):
+    """A source's lag at the end of a batch (``lag_reader(settings)`` of a source module, optional).
+
+    Called on the driver after each batch, with the batch's end offset as Spark's offset log holds it
+    (parsed JSON; ``None`` when the source has no offset yet); must be cheap (one stat per file, one
+    small query). ``None``: no lag to report for this offset.
+    """
+
+    def lag(self, end: Any) -> SourceLag | None: ...
+
+    def close(self) -> None: ...
+
+
 def nacks_of(staged: Staged) -> list[tuple[int, str]]:
     """The records a destination refused while staging, as ``(seq, error)``."""
     return list(getattr(staged, "nacks", None) or [])
 
 
-__all__ = ["Delivery", "SourceContext", "Staged", "nacks_of"]
+__all__ = ["Delivery", "LagReader", "SourceContext", "Staged", "nacks_of"]

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.connectors import jsonl_files
 from airflow_conduit.engine.connectors._stream import (
     Delivery,
@@ -241,6 +242,33 @@ def read_stream(spark: SparkSession, settings: FileSourceSettings, ctx: SourceCo
 def stream_reader(settings: FileSourceSettings, ctx: SourceContext) -> FileStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
     return FileStreamReader(source_options(FileSource.from_settings(settings), ctx))
+
+
+class FileLag:
+    """Bytes of the source's files not yet read at a batch's end offset: each visible file's size
+    less its offset (a file not in the offset yet counts whole; a partial last line counts too). One
+    directory listing and one stat per file, on the driver."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def lag(self, end: Any) -> SourceLag | None:
+        read = end.get("files", {}) if isinstance(end, dict) else {}
+        behind = 0
+        for name, full in list_source_files(self.path).items():
+            try:
+                size = os.path.getsize(full)
+            except FileNotFoundError:  # removed since the listing
+                continue
+            behind += max(0, size - int(read.get(name, 0)))
+        return SourceLag(float(behind), "bytes")
+
+    def close(self) -> None:
+        pass
+
+
+def lag_reader(settings: FileSourceSettings) -> FileLag:
+    return FileLag(settings.path)
 
 
 # destination -------------------------------------------------------------------------------------

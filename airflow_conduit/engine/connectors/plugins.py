@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 from airflow_conduit.config.model import ConnectorConfig
 from airflow_conduit.config.registry import spec_of
 from airflow_conduit.config.spec import PluginSettings
-from airflow_conduit.engine.connectors import Delivery, SourceContext, Staged
+from airflow_conduit.engine.connectors import Delivery, LagReader, SourceContext, Staged
 
 
 def read_stream(spark: SparkSession, source: ConnectorConfig, ctx: SourceContext) -> DataFrame:
@@ -41,3 +41,10 @@ def stage(plugin: str, records: DataFrame, settings: PluginSettings, delivery: D
     """The destination's write of ``records``, staged: invisible until published."""
     staged: Staged = spec_of(plugin, "destination").implementation().stage(records, settings, delivery)
     return staged
+
+
+def lag_reader(source: ConnectorConfig) -> LagReader | None:
+    """What tells how far the source is behind, at the end of each batch; ``None`` for a source that
+    cannot say it cheaply (its module has no ``lag_reader``)."""
+    make = getattr(spec_of(source.plugin, "source").implementation(), "lag_reader", None)
+    return make(source.settings) if make is not None else None

@@ -48,6 +48,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
@@ -337,6 +338,41 @@ def read_stream(spark: SparkSession, settings: PostgresSourceSettings, ctx: Sour
 def stream_reader(settings: PostgresSourceSettings, ctx: SourceContext) -> PostgresStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
     return PostgresStreamReader(source_options(Config.from_settings(settings), ctx))
+
+
+class SlotLag:
+    """The replication slot's lag once a batch is acknowledged: WAL bytes from the batch's end LSN to
+    the server's current one (``pg_current_wal_lsn() - confirmed_flush_lsn`` after ``commit``
+    advanced the slot to that LSN; asked before Spark's commit, so the slot's own position would still
+    count the batch just written). During the snapshot, the WAL kept since the slot was created.
+    Long polling has no slot: no lag. One small query per batch, on a connection kept for the run."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._conn: Any = None
+
+    def lag(self, end: Any) -> SourceLag | None:
+        if not isinstance(end, dict) or end.get("phase") not in ("snapshot", "cdc"):
+            return None
+        try:
+            if self._conn is None or self._conn.closed:
+                self._conn = _connect(self.config.url)
+            row = self._conn.execute(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (end["lsn"],)
+            ).fetchone()
+        except BaseException:
+            self.close()  # a fresh connection next time
+            raise
+        return SourceLag(max(0.0, float(row[0])), "WAL bytes")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def lag_reader(settings: PostgresSourceSettings) -> SlotLag:
+    return SlotLag(Config.from_settings(settings))
 
 
 __all__ = ["PostgresDataSource", "read_stream"]
