@@ -39,8 +39,8 @@ def test_base64_encode_then_decode_and_invalid_base64_nacks(run_yaml, tmp_path):
       - {id: enc, plugin: base64.encode, settings: {field: .Payload.After.name}}
       - {id: copy, plugin: field.set, settings: {field: .Metadata.encoded, value: '{{ .Payload.After.name }}'}}
       - {id: dec, plugin: 'builtin:base64.decode', settings: {field: .Payload.After.name}}
-      - {id: fill, plugin: field.set, condition: '{{ eq .Position "4" }}', settings: {field: .Metadata.b64, value: '!!'}}
-      - {id: bad, plugin: base64.decode, condition: '{{ eq .Position "4" }}', settings: {field: .Metadata.b64}}
+      - {id: fill, plugin: field.set, condition: '{{ eq (toString .Position) "4" }}', settings: {field: .Metadata.b64, value: '!!'}}
+      - {id: bad, plugin: base64.decode, condition: '{{ eq (toString .Position) "4" }}', settings: {field: .Metadata.b64}}
 """)
     )
     assert payload["exit_code"] == 0, payload

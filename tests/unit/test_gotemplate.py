@@ -107,6 +107,7 @@ def test_floats_print_as_fmt_prints_them(value: float, expected: str) -> None:
         ("{{ .Key.name }}", "can't evaluate field name in type opencdc.RawData"),
         ("{{ eq .Payload.After.qty 2 }}", "incompatible types for comparison"),  # float64 and int
         ('{{ eq .Operation "update" }}', "incompatible types for comparison"),  # an int kind and a string
+        ('{{ eq .Position "pos-7" }}', "incompatible types for comparison"),  # []byte: (toString .Position)
         ("{{ .Nope }}", "can't evaluate field Nope in type Record"),
         ("{{ .Payload.After.missing.deeper }}", "nil pointer evaluating"),
         ('{{ fail "stop here" }}', "stop here"),

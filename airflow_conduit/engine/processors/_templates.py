@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import BooleanType, StringType, StructField, StructType
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.template_sql import text_sql
@@ -159,9 +160,10 @@ def evaluate(records: DataFrame, proc: ProcessorConfig) -> tuple[DataFrame, Proc
         for column in RECORD_COLUMNS
     ]
     prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
-    arrow_schema = prepared.schema.add(CONDITION_COLUMN, "boolean")
-    for name in settings:
-        arrow_schema = arrow_schema.add(column_of(name), "string")
+    # A new schema: StructType.add changes the frame's own (cached) schema in place.
+    added = [StructField(CONDITION_COLUMN, BooleanType())]
+    added += [StructField(column_of(name), StringType()) for name in settings]
+    arrow_schema = StructType([*prepared.schema.fields, *added])
     mapped = prepared.mapInArrow(make_mapper(proc.condition_template, settings, proc.node_id), arrow_schema)
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
