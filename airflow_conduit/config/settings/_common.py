@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from typing import Annotated
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field, field_validator
 
@@ -75,3 +75,17 @@ def go_duration(text: str) -> float:
     if not value or _DURATION.sub("", value.lstrip("+")) != "":
         raise ValueError(f"not a Go duration: {text!r} (e.g. 100ms, 5s, 1m30s)")
     return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION.findall(value))
+
+
+def gather_prefixed(data: Any, prefix: str) -> Any:
+    """Conduit spreads a map over dynamic keys (``format.options.<field>``, ``headers.<Name>``): gather
+    ``prefix.<name>`` keys into one ``prefix`` map, so the model can check them as one field."""
+    if not isinstance(data, Mapping):
+        return data
+    head = prefix + "."
+    spread = {k[len(head) :]: v for k, v in data.items() if isinstance(k, str) and k.startswith(head)}
+    if not spread:
+        return data
+    rest = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(head))}
+    rest[prefix] = {**dict(rest.get(prefix) or {}), **spread}
+    return rest

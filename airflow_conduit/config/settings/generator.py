@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ...record import OPERATIONS
 from ..spec import PluginSettings, PluginSpec
-from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, comma_list, go_duration
+from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, comma_list, gather_prefixed, go_duration
 
 FieldType = Literal["int", "string", "bool", "time", "duration"]
 _FORMAT_OPTIONS = "format.options"
@@ -37,18 +36,7 @@ class GeneratorSettings(PluginSettings):
     @model_validator(mode="before")
     @classmethod
     def _collect_format_options(cls, data: Any) -> Any:
-        # Conduit spreads the schema over dynamic keys; gather them so the model can check them as one map.
-        if not isinstance(data, Mapping):
-            return data
-        prefix = _FORMAT_OPTIONS + "."
-        options = {
-            k[len(prefix) :]: v for k, v in data.items() if isinstance(k, str) and k.startswith(prefix)
-        }
-        if not options:
-            return data
-        rest = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(prefix))}
-        rest[_FORMAT_OPTIONS] = {**dict(rest.get(_FORMAT_OPTIONS) or {}), **options}
-        return rest
+        return gather_prefixed(data, _FORMAT_OPTIONS)
 
     @field_validator("record_count")
     @classmethod

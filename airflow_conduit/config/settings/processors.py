@@ -89,15 +89,8 @@ class JsonEncodeSettings(FieldSettings):
     pass
 
 
-class Base64Settings(PluginSettings):
-    field: str
-    """The field to encode or decode (not ``.Position``)."""
-
-    @field_validator("field")
-    @classmethod
-    def _check_field(cls, value: str) -> str:
-        check_ref(value, forbid=("position",))
-        return value.strip()
+class Base64Settings(FieldSettings):
+    pass
 
 
 class UnwrapOpenCDCSettings(PluginSettings):

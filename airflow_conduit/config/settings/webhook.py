@@ -11,13 +11,12 @@ client waits forever for a server that never answers.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
 from ..spec import PluginSettings, PluginSpec
-from ._common import GoTemplateText, check_ref, go_duration
+from ._common import GoTemplateText, check_ref, gather_prefixed, go_duration
 
 _HEADERS = "headers"
 
@@ -39,17 +38,7 @@ class WebhookHttpSettings(PluginSettings):
     @model_validator(mode="before")
     @classmethod
     def _collect_headers(cls, data: Any) -> Any:
-        # Conduit spreads the headers over `headers.<Name>` keys.
-        if not isinstance(data, Mapping):
-            return data
-        prefix = _HEADERS + "."
-        headers = {
-            k[len(prefix) :]: v for k, v in data.items() if isinstance(k, str) and k.startswith(prefix)
-        }
-        rest = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith(prefix))}
-        if headers:
-            rest[_HEADERS] = {**dict(rest.get(_HEADERS) or {}), **headers}
-        return rest
+        return gather_prefixed(data, _HEADERS)
 
     @field_validator("method")
     @classmethod
