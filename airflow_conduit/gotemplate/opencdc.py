@@ -64,31 +64,3 @@ def from_record_dict(record: Mapping[str, Any]) -> Record:
 
 def _view(value: Any) -> Any:
     return RawData(value) if isinstance(value, bytes | bytearray) else value
-
-
-def data(structured: Mapping[str, Any] | None, raw: bytes | None) -> Any:
-    """One of a record's data values: the structured one when set, else the raw one, else nil."""
-    if structured is not None:
-        return dict(structured)
-    if raw is not None:
-        return RawData(raw)
-    return None
-
-
-def record(
-    *,
-    position: bytes | None,
-    operation: str,
-    metadata: Mapping[str, str] | None,
-    key: Any,
-    before: Any = None,
-    after: Any,
-) -> Record:
-    """A record from its parts (``key``/``before``/``after`` as :func:`data` makes them)."""
-    return Record(
-        Position=Position(position or b""),
-        Operation=Operation.named(operation),
-        Metadata=StringMap(metadata or {}),
-        Key=key,
-        Payload=Change(Before=before, After=after),
-    )

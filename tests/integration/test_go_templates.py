@@ -16,7 +16,7 @@ from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
 from airflow_conduit.engine.processors import is_pure
 from airflow_conduit.gotemplate import Template
-from airflow_conduit.gotemplate.opencdc import data, record
+from airflow_conduit.gotemplate.opencdc import from_record_dict
 from tests.conftest import read_jsonl, text
 
 DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
@@ -25,13 +25,16 @@ SPEC = GeneratorSpec.from_settings(GeneratorSettings.model_validate(SETTINGS))
 
 
 def go_record(i: int) -> Any:
+    """The template's view of generated record ``i``, as the engine hands it to a template."""
     position, operation, metadata, key_json, key_raw, _bj, _br, after_json, after_raw = SPEC.row(i)
-    return record(
-        position=position,
-        operation=operation,
-        metadata=metadata,
-        key=data(json.loads(key_json) if key_json else None, key_raw),
-        after=data(json.loads(after_json) if after_json else None, after_raw),
+    return from_record_dict(
+        {
+            "position": position,
+            "operation": operation,
+            "metadata": metadata,
+            "key": json.loads(key_json) if key_json else key_raw,
+            "payload": {"before": None, "after": json.loads(after_json) if after_json else after_raw},
+        }
     )
 
 

@@ -9,16 +9,20 @@ import re
 import pytest
 
 from airflow_conduit.gotemplate import Template, TemplateExecError, TemplateSyntaxError
-from airflow_conduit.gotemplate.opencdc import data, record
+from airflow_conduit.gotemplate.opencdc import from_record_dict
 from airflow_conduit.gotemplate.values import format_float
 
-RECORD = record(
-    position=b"pos-7",
-    operation="update",
-    metadata={"table": "orders", "opencdc.readAt": "1700000000000000000"},
-    key=data(None, b"k1"),
-    before=data({"name": "Ann"}, None),
-    after=data({"name": "Ann Lee", "qty": 2.0, "price": 1234567.0, "tags": ["a", "b"], "note": None}, None),
+RECORD = from_record_dict(
+    {
+        "position": b"pos-7",
+        "operation": "update",
+        "metadata": {"table": "orders", "opencdc.readAt": "1700000000000000000"},
+        "key": b"k1",
+        "payload": {
+            "before": {"name": "Ann"},
+            "after": {"name": "Ann Lee", "qty": 2.0, "price": 1234567.0, "tags": ["a", "b"], "note": None},
+        },
+    }
 )
 
 

@@ -91,11 +91,6 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return _dumps(value), None
 
 
-def json_value(text: str | None) -> Any:
-    """A structured data field's JSON text as Python values (``None`` for none), exact for long numbers."""
-    return None if text is None else _data_in(text, None)
-
-
 def _record(
     position: bytes, operation: str, metadata: Any, key: Any, before: Any, after: Any
 ) -> dict[str, Any]:
@@ -115,8 +110,9 @@ def record_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return _record(row["position"], row["operation"], row["metadata"], *data)
 
 
-class _Batch:
-    """Column lists of one Arrow batch, updated in place row by row."""
+class ArrowRecords:
+    """Column lists of one Arrow batch, updated in place row by row (``custom.python`` and the other
+    processors that run Python per record)."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         import pyarrow.compute as pc
@@ -183,7 +179,7 @@ def make_mapper(
             user_function, batch_context = function, dict(context or {})
             function = lambda record: user_function(record, batch_context)  # noqa: E731
         for arrow_batch in batches:
-            batch = _Batch(arrow_batch)
+            batch = ArrowRecords(arrow_batch)
             for i, active in enumerate(batch.columns["_active"]):
                 if not active:
                     continue
@@ -232,16 +228,22 @@ def apply_builtin(records: DataFrame, proc: ProcessorConfig, factory: str) -> Da
 
 
 def map_records(
-    records: DataFrame, proc: ProcessorConfig, mapper: Callable[[Iterator[pa.RecordBatch]], Iterator]
+    records: DataFrame,
+    proc: ProcessorConfig,
+    mapper: Callable[[Iterator[pa.RecordBatch]], Iterator],
+    extra: Mapping[str, str] | None = None,
 ) -> DataFrame:
+    """Run ``mapper`` on the records as Arrow batches (data fields as JSON text, ``_active`` where the
+    processor acts). ``extra``: columns (name -> Spark type) the mapper adds, kept in the result."""
+    extra = extra or {}
     as_text = [
         F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
     ]
     prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
-    mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA)
+    mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items()))
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
         for column in RECORD_COLUMNS
     ]
-    return mapped.select(*restored, *INTERNAL_COLUMNS)
+    return mapped.select(*restored, *INTERNAL_COLUMNS, *extra)

@@ -11,8 +11,6 @@ from airflow_conduit.engine.processors._templates import setting_sql
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[ErrorSettings]) -> DataFrame:
-    if not proc.settings.message:
-        return apply_changes(
-            records, proc, {}, problem="true", problem_message=sql_str("error processor triggered")
-        )
-    return apply_changes(records, proc, {}, problem="true", problem_message=setting_sql(proc, "message"))
+    # An empty message is Conduit's default; any other is a template (setting_sql: literal, SQL or column).
+    message = setting_sql(proc, "message") if proc.settings.message else sql_str("error processor triggered")
+    return apply_changes(records, proc, {}, problem="true", problem_message=message)
