@@ -169,10 +169,11 @@ def truth(value: Any) -> bool:
 def _kind(value: Any) -> str:
     if isinstance(value, bool):
         return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "float"
+    # Go refuses to compare an int with a float64. Here both are one kind: JSON numbers reach Conduit's
+    # templates as float64 (json.decode) but are stored typed here, so `eq .Payload.After.n 0.0` and
+    # `eq .Payload.After.n 0` must both work as they do for the Conduit user who wrote either.
+    if isinstance(value, int | float):
+        return "number"
     if isinstance(value, str):
         return "string"
     if value is None or value is NO_VALUE:

@@ -109,7 +109,7 @@ def test_floats_print_as_fmt_prints_them(value: float, expected: str) -> None:
     ("source", "message"),
     [
         ("{{ .Key.name }}", "can't evaluate field name in type opencdc.RawData"),
-        ("{{ eq .Payload.After.qty 2 }}", "incompatible types for comparison"),  # float64 and int
+        ('{{ eq .Payload.After.qty "2" }}', "incompatible types for comparison"),
         ('{{ eq .Operation "update" }}', "incompatible types for comparison"),  # an int kind and a string
         ('{{ eq .Position "pos-7" }}', "incompatible types for comparison"),  # []byte: (toString .Position)
         ("{{ .Nope }}", "can't evaluate field Nope in type Record"),
@@ -146,3 +146,18 @@ def test_random_functions_give_a_new_value_per_record() -> None:
     template = Template.parse("{{ uuidv4 }}")
     values = {template.execute(RECORD) for _ in range(50)}
     assert len(values) == 50 and all(len(v) == 36 for v in values)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("{{ eq .Payload.After.qty 2 }}", "true"),
+        ("{{ eq .Payload.After.qty 2.0 }}", "true"),
+        ("{{ lt .Payload.After.qty 3 }}", "true"),
+        ("{{ gt .Payload.After.qty 2.5 }}", "false"),
+    ],
+)
+def test_numbers_compare_across_int_and_float(source: str, expected: str) -> None:
+    # Go refuses int against float64; JSON numbers are float64 in Conduit but typed here, so both of a
+    # Conduit user's spellings must work (a documented leniency).
+    assert run(source) == expected
