@@ -12,6 +12,10 @@ Internal columns (dropped before anything leaves the engine):
 ``_state``  ``open``, ``filtered``, ``nacked``, or ``transient`` / ``fatal`` (stop the pipeline)
 ``_error``  the nack or stop message
 ``_node``   the node id that nacked or stopped the record
+``_piece``  the record's place among the records one source record became (``split``, ``clone``): empty
+            for a record as its source gave it, ``[i]`` for the i-th piece, ``[i, j]`` when a piece was
+            split again. Pieces share ``_seq`` (they ack and nack as their source record); ``(_seq,
+            _piece)`` orders them. The first piece (all zeros) stands for the source record in counts.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ RECORD_COLUMNS = (
     "after",
     "after_raw",
 )
-INTERNAL_COLUMNS = ("_src", "_seq", "_state", "_error", "_node")
+INTERNAL_COLUMNS = ("_src", "_seq", "_state", "_error", "_node", "_piece")
 
 # What a source connector yields: structured values as JSON text, parsed into VARIANT by the engine.
 SOURCE_SCHEMA = (
@@ -54,12 +58,17 @@ def source_schema(*columns: str) -> str:
     return ", ".join(f"{name} {SOURCE_TYPES[name]}" for name in columns)
 
 
-INTERNAL_SCHEMA = "_src int, _seq bigint, _state string, _error string, _node string"
+INTERNAL_SCHEMA = "_src int, _seq bigint, _state string, _error string, _node string, _piece array<int>"
 # A record inside the engine: structured values as VARIANT.
 RECORD_SCHEMA = (
     "position binary, operation string, metadata map<string,string>, key variant, key_raw binary, "
     f"before variant, before_raw binary, after variant, after_raw binary, {INTERNAL_SCHEMA}"
 )
+
+HEAD_PIECE_SQL = "NOT exists(_piece, i -> i != 0)"
+"""True for the one row that stands for its source record (the first piece, or the record unsplit)."""
+ORDER_COLUMNS = ("_seq", "_piece")
+"""Source order of the rows of a micro-batch, pieces of one record in their order."""
 
 STATE_OPEN = "open"
 STATE_FILTERED = "filtered"

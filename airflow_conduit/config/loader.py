@@ -416,7 +416,9 @@ class _Validator:
         where, line = _join(path, key), node.line_of(key)
         known = plugin_names(*kinds)
         if plugin not in known:
-            self.issue(where, line, f"unknown plugin {plugin!r} (known: {', '.join(known)})")
+            why = not_served(_normalise_plugin(plugin, kinds))
+            message = f"unknown plugin {plugin!r} (known: {', '.join(known)})"
+            self.issue(where, line, f"{plugin!r} is a Conduit plugin not served here: {why}" if why else message)
             return None
         if kind is None:
             return None
@@ -535,6 +537,18 @@ class _Validator:
             field_path=path,
             line=pipeline.line_of("dead-letter-queue") if "dead-letter-queue" in pipeline else None,
         )
+
+
+# Conduit builtins this product does not serve, and why (README: "Your Conduit pipeline files").
+_NOT_SERVED = {
+    ("openai.", "ollama.", "cohere."): "the AI processors need a model server, which these machines cannot run",
+    ("avro.",): "avro.encode/avro.decode need a schema registry, which is not supported",
+}
+
+
+def not_served(plugin: str) -> str | None:
+    name = plugin.removeprefix("builtin:")
+    return next((why for prefixes, why in _NOT_SERVED.items() if name.startswith(prefixes)), None)
 
 
 def _normalise_plugin(name: str, kinds: tuple[PluginKind, ...]) -> str:

@@ -118,6 +118,10 @@ class PipelineConfig:
     def destinations(self) -> tuple[ConnectorConfig, ...]:
         return tuple(c for c in self.connectors if c.type == "destination")
 
+    def all_processors(self) -> tuple[ProcessorConfig, ...]:
+        """The pipeline's processors and every connector's."""
+        return self.processors + tuple(p for c in self.connectors for p in c.processors)
+
 
 @dataclass(frozen=True)
 class PipelineFile:

@@ -6,7 +6,7 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 
 from __future__ import annotations
 
-from .settings import file, generator, log, postgres, processors, python, webhook
+from .settings import fanout, file, generator, log, postgres, processors, python, webhook
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -31,6 +31,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     processors.UNWRAP_DEBEZIUM,
     processors.UNWRAP_KAFKACONNECT,
     webhook.WEBHOOK_HTTP,
+    fanout.CLONE,
+    fanout.SPLIT,
     python.PROCESSOR,
 )
 

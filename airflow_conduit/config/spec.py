@@ -73,12 +73,15 @@ class PluginSpec:
     ``engine.processors.is_pure``). User code may not (services that flake, random values)."""
     batch_context: bool = False
     """``apply`` takes the micro-batch's context as well."""
+    fans_out: bool = False
+    """May make several records of one (``split``, ``clone``): the pieces share the source record's
+    ``_seq`` and are told apart by ``_piece`` (see :mod:`airflow_conduit.record`)."""
 
     def __post_init__(self) -> None:
         by_kind = {
             "source": ("spark_source", "replays_identically", "inspectable"),
             "destination": ("delivery_marker", "writes_on_stage"),
-            "processor": ("batch_context",),
+            "processor": ("batch_context", "fans_out"),
         }
         for kind, names in by_kind.items():
             given = [n for n in names if getattr(self, n)]

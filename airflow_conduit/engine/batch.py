@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, Row, SparkSession, Window
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
@@ -32,9 +32,11 @@ from airflow_conduit.engine.once import computed_once, release
 from airflow_conduit.engine.processors import apply_all, is_pure
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
+    HEAD_PIECE_SQL,
     META_COLLECTION,
     META_DLQ_ERROR,
     META_DLQ_NODE,
+    ORDER_COLUMNS,
     RECORD_COLUMNS,
     RECORD_SCHEMA,
     STATE_FATAL,
@@ -54,8 +56,15 @@ STATES = (STATE_OPEN, STATE_FILTERED, STATE_NACKED, STATE_TRANSIENT, STATE_FATAL
 
 
 def state_counts() -> list[Column]:
-    counts = [F.count(F.lit(1)).alias("total")]
+    """``total``: the source records (a record split in pieces counts once); by state: the rows."""
+    counts = [F.count(F.when(F.expr(HEAD_PIECE_SQL), 1)).alias("total")]
     return counts + [F.count(F.when(F.col("_state") == s, 1)).alias(s) for s in STATES]
+
+
+def first_piece(records: DataFrame) -> DataFrame:
+    """One row per source record (``_seq``): its first piece among ``records``."""
+    rank = F.row_number().over(Window.partitionBy("_seq").orderBy("_piece"))
+    return records.withColumn("_rank", rank).filter("_rank = 1").drop("_rank")
 
 
 def counts_of(observation: Observation) -> Counter[str]:
@@ -210,6 +219,8 @@ class BatchProcessor:
         self._purity: _Purity | None = None
         self.counters = RunCounters()
         self.context = BatchContext(pipeline.id, -1, ())
+        # A processor that makes several records of one (split, clone): rows of a record may repeat.
+        self.fans_out = any(p.spec.fans_out for p in pipeline.all_processors())
 
     def delivery(self, destination_id: str, batch_id: int, *, nacks_allowed: bool = False) -> Delivery:
         """``nacks_allowed``: the write may nack records (a destination, not the DLQ), so tell it when
@@ -416,7 +427,10 @@ class BatchProcessor:
                 write.written, F.count(F.lit(1)).alias("n")
             )
             write.staged = plugins.stage(
-                destination.plugin, rows.select(*RECORD_COLUMNS, "_seq"), destination.settings, delivery
+                destination.plugin,
+                rows.select(*RECORD_COLUMNS, *ORDER_COLUMNS),
+                destination.settings,
+                delivery,
             )
 
     @staticmethod
@@ -480,7 +494,7 @@ class BatchProcessor:
         for frame in frames:
             first = (
                 frame.filter(F.col("_state").isin(STATE_TRANSIENT, STATE_FATAL))
-                .orderBy("_seq")
+                .orderBy(*ORDER_COLUMNS)
                 .select("_state", "_error", "_node")
                 .first()
             )
@@ -515,9 +529,11 @@ class BatchProcessor:
                 .withColumn("_node", F.col("_nd"))
                 .select(*records.columns)
             )
-        if late or refused:
-            # Read three times (count, rows, DLQ write): computed once, from rows already decided.
-            nacked = held.add(computed_once(nacked.dropDuplicates(["_seq"])))
+        if late or refused or self.fans_out:
+            # Read three times (count, rows, DLQ write): computed once, from rows already decided. A
+            # source record is nacked once, as Conduit nacks a split record's run once: by its first
+            # nacked piece.
+            nacked = held.add(computed_once(first_piece(nacked)))
             count = nacked.count()
         return nacked, count
 
@@ -551,7 +567,8 @@ class BatchProcessor:
     @staticmethod
     def _ranked_nacks(records: DataFrame, nack_rows: list[Row]) -> list[dlq.Nack]:
         """Each nack's place among all records of the batch, from the partition sizes and ``_seq``."""
-        sizes = records.groupBy(F.shiftright("_seq", ROW_BITS).alias("part")).count().collect()
+        heads = records.filter(HEAD_PIECE_SQL)  # a source record's place, whatever it became
+        sizes = heads.groupBy(F.shiftright("_seq", ROW_BITS).alias("part")).count().collect()
         offsets, running = {}, 0
         for row in sorted(sizes, key=lambda r: r.part):
             offsets[row.part] = running

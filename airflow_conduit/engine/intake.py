@@ -104,6 +104,7 @@ def batch_records(
         f"'{STATE_OPEN}' AS _state",
         "CAST(NULL AS STRING) AS _error",
         "CAST(NULL AS STRING) AS _node",
+        "CAST(array() AS array<int>) AS _piece",
     )
     processors = [p for i, s in enumerate(pipeline.sources) for p in _scoped(s.processors, i)]
     return apply_all(records, [*processors, *pipeline.processors], context)

@@ -687,3 +687,36 @@ def test_generator_settings_as_conduit_reads_them() -> None:
         GeneratorSettings.model_validate({"readTime": "1s", "rate": 5})
     with pytest.raises(ValueError, match="not a Go duration"):
         GeneratorSettings.model_validate({"readTime": "soon"})
+
+
+# --- processors that make several records, and Conduit builtins not served ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("processor", "message"),
+    [
+        ("{id: c, plugin: clone, settings: {count: 0}}", "greater than 0"),
+        ("{id: c, plugin: clone}", "required setting 'count' is missing"),
+        ("{id: s, plugin: split, settings: {field: .Metadata.tags}}", "must be under .Key or .Payload"),
+        ("{id: s, plugin: builtin:split, settings: {field: .Position}}", "must be under .Key or .Payload"),
+    ],
+)
+def test_clone_and_split_settings_are_checked(processor: str, message: str) -> None:
+    text = pipeline(processors=f"      - {processor}\n")
+    found = issues(text)
+    assert any(message in i.message for i in found), found
+    assert found[0].line == line_of(text, "plugin: ", 3)
+
+
+@pytest.mark.parametrize(
+    ("plugin", "why"),
+    [
+        ("builtin:openai.textgen", "model server"),
+        ("ollama.request", "model server"),
+        ("avro.decode", "schema registry"),
+    ],
+)
+def test_conduit_builtins_not_served_say_why(plugin: str, why: str) -> None:
+    [issue] = issues(pipeline(processors=f"      - {{id: x, plugin: {plugin}}}\n"))
+    assert issue.field_path == "pipelines[0].processors[0].plugin"
+    assert "is a Conduit plugin not served here" in issue.message and why in issue.message

@@ -9,8 +9,10 @@ atomic rename, Postgres in the same transaction as the rows) implements ``delive
 before staging a batch, and a destination that already holds the batch's delivery hash is acknowledged
 without writing. ``publish`` stores the marker together with the data.
 
-The records a destination stages are :data:`~airflow_conduit.record.RECORD_COLUMNS` plus ``_seq`` (a
-bigint, unique in the batch, increasing in source order). A destination that writes in bulk and finds
+The records a destination stages are :data:`~airflow_conduit.record.RECORD_COLUMNS` plus
+:data:`~airflow_conduit.record.ORDER_COLUMNS`: ``_seq`` (a bigint, increasing in source order, unique
+but for the pieces ``split`` or ``clone`` made of one record, which share it) and ``_piece`` (orders
+those pieces). A destination that writes in bulk and finds
 records the target refuses (a constraint violation, a value the column rejects) writes the rest and
 lists the refused ones in ``Staged.nacks`` as ``(seq, error)``: the engine sends those to the DLQ.
 

@@ -36,7 +36,7 @@ from airflow_conduit.engine.connectors._stream import (
     stop_requested,
 )
 from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
-from airflow_conduit.record import source_schema
+from airflow_conduit.record import ORDER_COLUMNS, source_schema
 
 if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
     from airflow_conduit.config.settings import FileDestinationSettings, FileSourceSettings
@@ -285,7 +285,7 @@ def lag_reader(settings: FileSourceSettings) -> FileLag:
 
 
 def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> StagedFiles:
-    return stage_jsonl(records.drop("_seq"), settings.path, delivery)
+    return stage_jsonl(records.drop(*ORDER_COLUMNS), settings.path, delivery)
 
 
 def delivered(settings: FileDestinationSettings, delivery: Delivery) -> bool:
