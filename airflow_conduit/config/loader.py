@@ -418,7 +418,9 @@ class _Validator:
         if plugin not in known:
             why = not_served(_normalise_plugin(plugin, kinds))
             message = f"unknown plugin {plugin!r} (known: {', '.join(known)})"
-            self.issue(where, line, f"{plugin!r} is a Conduit plugin not served here: {why}" if why else message)
+            self.issue(
+                where, line, f"{plugin!r} is a Conduit plugin not served here: {why}" if why else message
+            )
             return None
         if kind is None:
             return None
@@ -541,7 +543,11 @@ class _Validator:
 
 # Conduit builtins this product does not serve, and why (README: "Your Conduit pipeline files").
 _NOT_SERVED = {
-    ("openai.", "ollama.", "cohere."): "the AI processors need a model server, which these machines cannot run",
+    (
+        "openai.",
+        "ollama.",
+        "cohere.",
+    ): "the AI processors need a model server, which these machines cannot run",
     ("avro.",): "avro.encode/avro.decode need a schema registry, which is not supported",
 }
 
