@@ -136,7 +136,8 @@ def structured(data: Any, raw_data_key: str = RAW_DATA_KEY) -> dict[str, Any] | 
         return None
     try:
         parsed = json.loads(
-            bytes(data).decode("utf-8", errors="replace"), parse_int=float,
+            bytes(data).decode("utf-8", errors="replace"),
+            parse_int=float,
             parse_float=_float64,
             parse_constant=_not_json,
         )
