@@ -46,9 +46,10 @@ class Template:
                 raise TemplateSyntaxError(f'template: function "{name}" not defined')
         return cls(source, nodes)
 
-    def execute(self, dot: Any) -> str:
-        """The template's text for ``dot``; :class:`TemplateExecError` when it cannot be evaluated."""
-        return Executor(FUNCTIONS).run(self.nodes, dot)
+    def execute(self, dot: Any, *, missing_key_error: bool = False) -> str:
+        """The template's text for ``dot``; :class:`TemplateExecError` when it cannot be evaluated (and,
+        with ``missing_key_error``, when a map has no entry for a key, as Go's ``missingkey=error``)."""
+        return Executor(FUNCTIONS, missing_key_error=missing_key_error).run(self.nodes, dot)
 
 
 def _functions(nodes: tuple[Node, ...]) -> Iterator[str]:

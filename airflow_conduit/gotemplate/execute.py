@@ -15,7 +15,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .parser import Action, Branch, Command, Dot, Field, Function, Literal, Node, Pipeline, Text, Variable
-from .values import NO_VALUE, StringMap, Struct, TemplateExecError, equal, go_type, less, to_text, truth
+from .values import (
+    NO_VALUE,
+    RawData,
+    StringMap,
+    Struct,
+    TemplateExecError,
+    equal,
+    go_type,
+    less,
+    to_text,
+    truth,
+)
 
 GoFunction = Callable[..., Any]
 
@@ -115,6 +126,8 @@ def sprintf(format_text: str, *args: Any) -> str:
 
 def _verb(verb: str, flags: str, arg: Any) -> str:
     try:
+        if verb == "s" and type(arg) in (bytes, RawData):
+            return arg.decode("utf-8", errors="replace")  # %s prints a []byte as its text, %v as numbers
         if verb in "vs":
             return f"{to_text(arg):{_width(flags)}}" if flags else to_text(arg)
         if verb == "d" and isinstance(arg, int) and not isinstance(arg, bool):
@@ -175,8 +188,10 @@ LAZY = frozenset({"and", "or"})
 
 
 class Executor:
-    def __init__(self, functions: Mapping[str, GoFunction]) -> None:
+    def __init__(self, functions: Mapping[str, GoFunction], *, missing_key_error: bool = False) -> None:
         self.functions = functions
+        # Go's Option("missingkey=error"), which the SDK's template record format sets.
+        self.missing_key_error = missing_key_error
 
     def run(self, nodes: tuple[Node, ...], dot: Any) -> str:
         out: list[str] = []
@@ -295,11 +310,12 @@ class Executor:
                 return scope[name]
         raise TemplateExecError(f"undefined variable: {name}")
 
-    @staticmethod
-    def fields(value: Any, names: tuple[str, ...]) -> Any:
+    def fields(self, value: Any, names: tuple[str, ...]) -> Any:
         for name in names:
             if isinstance(value, Struct):
                 value = value.field(name)
+            elif isinstance(value, dict) and self.missing_key_error and name not in value:
+                raise TemplateExecError(f'map has no entry for key "{name}"')
             elif isinstance(value, dict):
                 value = value.get(name, "" if isinstance(value, StringMap) else NO_VALUE)
             elif value is None or value is NO_VALUE:

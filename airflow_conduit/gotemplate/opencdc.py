@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .gojson import Fields
 from .values import Operation, Position, RawData, StringMap, Struct
 
 
@@ -26,6 +27,7 @@ class Change(Struct):
 @dataclass(frozen=True)
 class Record(Struct):
     FIELDS: ClassVar[tuple[str, ...]] = ("Position", "Operation", "Metadata", "Key", "Payload")
+    UNEXPORTED: ClassVar[int] = 1  # its serializer: ``{{ . }}`` prints it as <nil>
     Position: Position
     Operation: Operation
     Metadata: StringMap
@@ -33,14 +35,15 @@ class Record(Struct):
     Payload: Change
 
     def json_value(self) -> dict[str, Any]:
-        """The record as OpenCDC JSON (what ``toJson .`` prints): bytes as base64, as Go encodes them."""
-        return {
-            "position": _json_data(bytes(self.Position)),
-            "operation": str(self.Operation),
-            "metadata": dict(self.Metadata),
-            "key": _json_data(self.Key),
-            "payload": {"before": _json_data(self.Payload.Before), "after": _json_data(self.Payload.After)},
-        }
+        """The record as OpenCDC JSON (what ``toJson .`` prints): bytes as base64, as Go encodes them;
+        the fields in the struct's order (:class:`~.gojson.Fields`)."""
+        return Fields(
+            position=_json_data(bytes(self.Position)),
+            operation=str(self.Operation),
+            metadata=dict(self.Metadata),
+            key=_json_data(self.Key),
+            payload=Fields(before=_json_data(self.Payload.Before), after=_json_data(self.Payload.After)),
+        )
 
 
 def _json_data(value: Any) -> Any:

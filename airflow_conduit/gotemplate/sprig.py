@@ -17,6 +17,7 @@ import string
 import uuid
 from typing import Any
 
+from .gojson import go_json
 from .values import NO_VALUE, TemplateExecError, go_type, to_text, truth
 
 
@@ -66,7 +67,7 @@ def _json(value: Any) -> Any:
 
 
 def _to_json(value: Any) -> str:
-    return json.dumps(_json(value), separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return go_json(value)  # encoding/json's Marshal: a record's fields in order, HTML escaped
 
 
 def _b64dec(text: str) -> str:
@@ -190,7 +191,7 @@ SPRIG: dict[str, Any] = {
     "int64": _int,
     "float64": _float,
     "toJson": _to_json,
-    "toRawJson": _to_json,
+    "toRawJson": lambda value: go_json(value, escape_html=False),
     "toPrettyJson": lambda v: json.dumps(_json(v), indent=2, sort_keys=True, ensure_ascii=False),
     "fromJson": lambda s: json.loads(to_text(s)) if to_text(s).strip() else {},
     "b64enc": lambda s: base64.b64encode(s if isinstance(s, bytes) else to_text(s).encode()).decode(),
@@ -249,6 +250,8 @@ SPRIG: dict[str, Any] = {
     "randInt": lambda low, high: random.randrange(_int(low), _int(high)),  # noqa: S311
     "env": lambda name: os.environ.get(to_text(name), ""),
     "typeOf": go_type,
+    "typeIs": lambda name, value: go_type(value) == to_text(name),
+    "typeIsLike": lambda name, value: go_type(value) in (to_text(name), "*" + to_text(name)),
     "kindOf": _kind_of,
     "kindIs": lambda kind, value: _kind_of(value) == kind,
 }

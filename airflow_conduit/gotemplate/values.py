@@ -64,6 +64,9 @@ class Struct:
     """A Go struct: :attr:`FIELDS` are its exported fields, in order (how it prints)."""
 
     FIELDS: ClassVar[tuple[str, ...]] = ()
+    UNEXPORTED: ClassVar[int] = 0
+    """Unexported fields after :attr:`FIELDS`, all nil: ``%v`` prints them (as ``<nil>``), templates
+    cannot reach them."""
 
     def field(self, name: str) -> Any:
         if name not in self.FIELDS:
@@ -151,7 +154,8 @@ def to_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + " ".join(to_text(item) for item in value) + "]"
     if isinstance(value, Struct):
-        return "{" + " ".join(to_text(getattr(value, name)) for name in value.FIELDS) + "}"
+        parts = [to_text(getattr(value, name)) for name in value.FIELDS] + ["<nil>"] * value.UNEXPORTED
+        return "{" + " ".join(parts) + "}"
     return str(value)
 
 

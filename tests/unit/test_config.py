@@ -20,6 +20,9 @@ from airflow_conduit.config import (
 from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH, LogDestinationSettings
 from airflow_conduit.config.spec import PluginSettings
 
+DEFAULT_FORMAT = {"sdk.record.format": "opencdc/json", "sdk.record.format.options": ""}
+"""What every destination's settings hold when the file does not set a record format."""
+
 
 def conduit(settings: PluginSettings) -> dict[str, Any]:
     """Validated settings as Conduit spells them (the config keeps the typed model)."""
@@ -133,7 +136,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
         "seed": 0,
         "maxRecordsPerBatch": DEFAULT_MAX_RECORDS_PER_BATCH,
     }
-    assert conduit(out.settings) == {"path": "/tmp/out", "namespace": ".*"}
+    assert conduit(out.settings) == {"path": "/tmp/out", "namespace": ".*", **DEFAULT_FORMAT}
     (drop,) = out.processors
     assert drop.node_id == "orders:out:drop-x" and drop.workers == 1
     assert drop.field_path == "pipelines[0].connectors[1].processors[0]"
@@ -144,7 +147,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert orders.dlq == DLQConfig(
         plugin="builtin:log",
         settings=LogDestinationSettings.model_validate(
-            {"level": "warn", "message": "record delivery failed", "namespace": ".*"}
+            {"level": "warn", "message": "record delivery failed", "namespace": ".*", **DEFAULT_FORMAT}
         ),
         window_size=1,
         window_nack_threshold=0,
@@ -156,10 +159,15 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert (audit.status, audit.name) == ("stopped", "Audit trail")
     assert conduit(audit.connectors[0].settings)["recordCount"] == -1
     assert conduit(audit.connectors[0].settings)["format.options"] == {"id": "int", "name": "string"}
-    assert conduit(audit.connectors[1].settings) == {"level": "debug", "message": "", "namespace": ".*"}
+    assert conduit(audit.connectors[1].settings) == {
+        "level": "debug",
+        "message": "",
+        "namespace": ".*",
+        **DEFAULT_FORMAT,
+    }
     assert audit.dlq.plugin == "builtin:file"
     assert (audit.dlq.window_size, audit.dlq.window_nack_threshold) == (5, 2)
-    assert conduit(audit.dlq.settings) == {"path": "/tmp/dlq", "namespace": ".*"}
+    assert conduit(audit.dlq.settings) == {"path": "/tmp/dlq", "namespace": ".*", **DEFAULT_FORMAT}
 
 
 def test_load_pipeline_file_reads_from_disk(tmp_path: Path) -> None:
@@ -521,7 +529,10 @@ def test_unknown_setting_key() -> None:
     )
     found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
     assert found.line == line_of(text, "colour")
-    assert found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace)"
+    assert found.message == (
+        "unknown setting 'colour' for builtin:log (known: level, message, namespace, "
+        "sdk.record.format, sdk.record.format.options)"
+    )
 
 
 def test_unknown_top_level_field_is_a_warning() -> None:

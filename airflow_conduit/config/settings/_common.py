@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator
 from airflow_conduit.gotemplate import Template, TemplateSyntaxError, is_template
 
 from ..fieldref import FieldRef, parse_field_ref
-from ..spec import PluginSettings
+from .record_format import RecordFormatSettings
 
 # Backpressure: the most records a source puts in one micro-batch (memory stays flat whatever the
 # backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
@@ -47,8 +47,8 @@ def comma_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-class DestinationSettings(PluginSettings):
-    """What every destination takes."""
+class DestinationSettings(RecordFormatSettings):
+    """What every destination takes (``sdk.record.format``: :mod:`.record_format`)."""
 
     namespace: str = ".*"
     """Extension (as in Transporter): a regex over ``opencdc.collection`` selecting the records received."""

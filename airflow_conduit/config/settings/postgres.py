@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -59,6 +59,11 @@ class PostgresSourceSettings(PluginSettings):
 
 class PostgresDestinationSettings(DestinationSettings):
     """Conduit's postgres destination; exactly once through a delivery marker in the same transaction."""
+
+    RECORD_FORMAT_REFUSED: ClassVar[str] = (
+        "builtin:postgres writes the record's fields as rows, not serialized records "
+        "(Conduit's postgres destination ignores sdk.record.format too); remove the setting"
+    )
 
     url: RequiredStr
     table: str = ""

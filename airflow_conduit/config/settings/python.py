@@ -6,7 +6,7 @@ import importlib
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ValidationInfo, field_validator
 
@@ -41,6 +41,10 @@ class CustomPythonSettings(PluginSettings):
 
 class PythonDestinationSettings(CustomPythonSettings, DestinationSettings):
     """``custom.python`` as a destination: ``function(records, delivery_hash)`` per micro-batch."""
+
+    RECORD_FORMAT_REFUSED: ClassVar[str] = (
+        "a custom.python destination gets the records as dicts, not serialized; serialize them in the function"
+    )
 
 
 def check_python_function(function: str, path: str | None) -> str | None:

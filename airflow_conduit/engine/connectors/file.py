@@ -285,7 +285,7 @@ def lag_reader(settings: FileSourceSettings) -> FileLag:
 
 
 def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> StagedFiles:
-    return stage_jsonl(records.drop(*ORDER_COLUMNS), settings.path, delivery)
+    return stage_jsonl(records.drop(*ORDER_COLUMNS), settings.path, delivery, settings.output_format)
 
 
 def delivered(settings: FileDestinationSettings, delivery: Delivery) -> bool:

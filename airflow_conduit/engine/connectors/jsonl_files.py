@@ -23,13 +23,17 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
+from airflow_conduit.engine.connectors.record_format import record_lines
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
-from airflow_conduit.record import opencdc_json_steps
+
+if TYPE_CHECKING:
+    from airflow_conduit.config.settings.record_format import RecordFormat
 
 MANIFEST = "_delivery.json"
 
@@ -89,8 +93,11 @@ class StagedFiles:
         shutil.rmtree(self.staging, ignore_errors=True)
 
 
-def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -> StagedFiles:
-    """Write ``records`` as OpenCDC JSON lines into a hidden staging dir of ``directory``."""
+def stage_jsonl(
+    records: DataFrame, directory: str | Path, delivery: Delivery, record_format: RecordFormat | None = None
+) -> StagedFiles:
+    """Write ``records`` as lines (OpenCDC JSON, or ``record_format``) into a hidden staging dir of
+    ``directory``."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         # A configuration mistake: retrying cannot help, so it must not look transient.
@@ -102,8 +109,7 @@ def stage_jsonl(records: DataFrame, directory: str | Path, delivery: Delivery) -
     prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
     staging, commit_dir = directory / f"_tmp-{prefix}", directory / f"_commit-{prefix}"
     shutil.rmtree(staging, ignore_errors=True)
-    first, second = opencdc_json_steps()
-    records.selectExpr(*first).selectExpr(f"{second} AS value").write.text(str(staging))
+    record_lines(records, record_format).write.text(str(staging))
     parts = sorted(p.name for p in staging.iterdir() if p.name.startswith("part-"))
     files = [(part, f"{prefix}-{int(part.split('-')[1]):05d}.jsonl") for part in parts]
     manifest = {

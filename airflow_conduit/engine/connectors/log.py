@@ -1,4 +1,5 @@
-"""``builtin:log``: each record as one log line of OpenCDC JSON, at the configured level."""
+"""``builtin:log``: each record as one log line, at the configured level: OpenCDC JSON, or the
+destination's ``sdk.record.format`` (:mod:`.record_format`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.record import opencdc_json_steps
+from airflow_conduit.engine.connectors.record_format import record_lines
 
 if TYPE_CHECKING:
     from airflow_conduit.config.settings import LogDestinationSettings
@@ -50,7 +51,6 @@ class StagedLog:
 
 def stage(records: DataFrame, settings: LogDestinationSettings, delivery: Delivery) -> StagedLog:
     level = LEVELS[settings.level]
-    first, second = opencdc_json_steps()
-    lines = records.selectExpr(*first).selectExpr(f"{second} AS value").persist()
+    lines = record_lines(records, settings.output_format).persist()
     lines.write.format("noop").mode("overwrite").save()
     return StagedLog(lines, level, settings.message or f"{delivery.pipeline_id}:{delivery.destination_id}")
