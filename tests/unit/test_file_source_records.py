@@ -23,7 +23,10 @@ def batch(source: FileStreamReader, start: dict) -> tuple[list[dict[str, Any]], 
     """One micro-batch from ``start``, its offset passed through JSON as Spark's offset log does."""
     end = json.loads(json.dumps(source.latestOffset(start, source.getDefaultReadLimit())))
     rows = [
-        row for part in source.partitions(start, end) for chunk in source.read(part) for row in chunk.to_pylist()
+        row
+        for part in source.partitions(start, end)
+        for chunk in source.read(part)
+        for row in chunk.to_pylist()
     ]
     return rows, end
 
