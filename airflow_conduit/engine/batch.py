@@ -98,7 +98,9 @@ class _DestinationWrite:
 
 
 def _size_of(published: Any) -> int:
-    """Bytes a destination's publish made visible, when it published files."""
+    """Bytes a destination's publish made visible, when it published files (or appended bytes)."""
+    if isinstance(published, int):
+        return published
     if isinstance(published, list):
         return sum(p.stat().st_size for p in published if isinstance(p, Path) and p.exists())
     return 0

@@ -176,7 +176,10 @@ def test_file_source_directory_hidden_files_and_partial_last_line(run_yaml, tmp_
     assert payload["exit_code"] == 0, payload
     assert payload["records"]["read"] == 1
     partial_at = sum(len(line) + 1 for line in a_lines)
-    assert lines_of(read_jsonl(tmp_path / "out")) == [*first, (f"a.log:{partial_at}", "partial")]
+    out = read_jsonl(tmp_path / "out")
+    assert lines_of(out) == [*first, (f"a.log:{partial_at}", "partial")]
+    # Keys are line numbers per file, going on across runs (the offset log holds the line counts).
+    assert [text(r["key"]) for r in out] == ["1", "2", "1", "2", "3", "4", "3"]
 
 
 def test_file_source_single_file(run_yaml, tmp_path):
@@ -192,6 +195,9 @@ def test_file_source_single_file(run_yaml, tmp_path):
     assert lines_of(out) == [(f"events.txt:{o}", line) for o, line in positioned(lines)]
     assert {r["operation"] for r in out} == {"create"}
     assert {r["metadata"]["conduit.source.connector.id"] for r in out} == {"p:src"}
+    # As Conduit's file source: the line number as raw key, the configured path as file.path.
+    assert [text(r["key"]) for r in out] == [str(n) for n in range(1, len(lines) + 1)]
+    assert {r["metadata"]["file.path"] for r in out} == {str(tmp_path / "in" / "events.txt")}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 60.0) -> bool:

@@ -1,12 +1,17 @@
 """``builtin:file``: a source of lines and a destination of OpenCDC JSON-lines files.
 
 Source: ``path`` is a file or a directory (its files whose names do not start with ``_`` or ``.``, in
-name order). Each complete line is a ``create`` record with raw ``.Payload.After``; its position is
-``FILE:BYTE_OFFSET``. The offset per file lives in Spark's offset log, so in continuous mode new files
-and appended lines are picked up, and a partial last line waits for its newline.
+name order). Each complete line is a ``create`` record as Conduit's file source makes it: raw
+``.Payload.After`` (the line), raw ``.Key`` (its line number in its file, from 1) and ``file.path``
+metadata (the configured path; for a directory, the file's path under it). Its position is
+``FILE:BYTE_OFFSET`` (Conduit's is the offset alone; the file name keeps a directory's positions
+unique, and ``airflow-conduit ack`` names records by it). The offset and the line count per file live
+in Spark's offset log, so in continuous mode new files and appended lines are picked up, and a partial
+last line waits for its newline.
 
-Destination: each micro-batch becomes ``GENERATION-BATCH-PART.jsonl`` files under ``path``, named so
-they sort in delivery order, published exactly once with a delivery marker (see :mod:`.jsonl_files`).
+Destination: see :func:`layout`. A directory gets ``GENERATION-BATCH-PART.jsonl`` files named so they
+sort in delivery order (:mod:`.jsonl_files`); a file gets the batches appended (:mod:`.jsonl_file`);
+either is published exactly once with a delivery marker.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from airflow_conduit.batch_log import SourceLag
-from airflow_conduit.engine.connectors import jsonl_files
+from airflow_conduit.engine.connectors import Staged, jsonl_file, jsonl_files
 from airflow_conduit.engine.connectors._stream import (
     Delivery,
     SourceContext,
@@ -35,7 +40,7 @@ from airflow_conduit.engine.connectors._stream import (
     source_options,
     stop_requested,
 )
-from airflow_conduit.engine.connectors.jsonl_files import StagedFiles, stage_jsonl
+from airflow_conduit.engine.connectors.jsonl_files import stage_jsonl
 from airflow_conduit.record import ORDER_COLUMNS, source_schema
 
 if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
@@ -47,6 +52,9 @@ MAX_PARTITION_BYTES = 64 << 20
 ARROW_ROWS = 20_000
 
 logger = logging.getLogger("airflow_conduit.engine")
+
+META_FILE_PATH = "file.path"
+"""Conduit's file source metadata: the file a record's line comes from."""
 
 
 def is_visible(name: str) -> bool:
@@ -91,6 +99,20 @@ def scan_lines(path: str, start: int, stop: int, budget: int) -> tuple[int, int]
     return offset, lines
 
 
+def count_lines(path: str, start: int, stop: int) -> int:
+    """The newlines in ``[start, stop)`` of ``path``."""
+    lines = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while start < stop:
+            chunk = fh.read(min(SCAN_CHUNK, stop - start))
+            if not chunk:
+                break
+            lines += chunk.count(b"\n")
+            start += len(chunk)
+    return lines
+
+
 def split_range(path: str, start: int, end: int, piece: int) -> list[tuple[int, int]]:
     """Cut ``[start, end)`` into pieces of about ``piece`` bytes at line boundaries."""
     pieces, cursor = [], start
@@ -116,6 +138,10 @@ class _FileRange(InputPartition):
     path: str
     start: int
     end: int
+    first_line: int
+    """The line number (from 1) of the line at ``start``: Conduit's record key."""
+    shown_path: str
+    """``file.path`` metadata."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +165,8 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[str, int] | None = None  # file sizes when an AvailableNow run began
 
     def initialOffset(self) -> dict:
-        return {"files": {}}
+        # files: byte offset read up to; lines: the lines before it (keys continue from there)
+        return {"files": {}, "lines": {}}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.max_records)
@@ -151,7 +178,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if stop_requested(self.stop_file):
             return start
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else sys.maxsize  # no limit
-        ends = dict(start["files"])
+        ends, counts = dict(start["files"]), self._line_counts(start)
         for name, full in list_source_files(self.path).items():
             if budget <= 0:
                 break
@@ -162,8 +189,20 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if size <= done:
                 continue
             ends[name], lines = scan_lines(full, done, size, budget)
+            counts[name] = counts.get(name, 0) + lines
             budget -= lines
-        return {"files": ends}
+        return {"files": ends, "lines": counts}
+
+    def _line_counts(self, offset: dict) -> dict[str, int]:
+        """The lines before each file's offset. An offset logged before keys were line numbers has
+        none: they are counted once from the file (the same count on every replay)."""
+        counts = dict(offset.get("lines") or {})
+        files = list_source_files(self.path)
+        for name, done in offset["files"].items():
+            if name not in counts:
+                full = files.get(name)
+                counts[name] = count_lines(full, 0, done) if full and done else 0
+        return counts
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         files = list_source_files(self.path)
@@ -172,11 +211,18 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Enough pieces to keep every core busy, in file and offset order (= source order).
         total = sum(last - first for first, last in spans.values())
         piece = min(MAX_PARTITION_BYTES, max(MIN_PARTITION_BYTES, total // (2 * self.parallelism) + 1))
+        counts = self._line_counts(start)
         ranges = []
         for name in sorted(spans):
             first, last = spans[name]
             full = files.get(name, os.path.join(self.path, name) if os.path.isdir(self.path) else self.path)
-            ranges += [_FileRange(name, full, a, b) for a, b in split_range(full, first, last, piece)]
+            # Conduit's file.path is the configured path; a directory's file is named under it.
+            shown = os.path.join(self.path, name) if os.path.isdir(self.path) else self.path
+            line = counts.get(name, 0) + 1
+            for a, b in split_range(full, first, last, piece):
+                ranges.append(_FileRange(name, full, a, b, line, shown))
+                if b < last:  # the next piece's first line: one more pass over this piece's bytes
+                    line += count_lines(full, a, b)
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -184,20 +230,31 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with open(partition.path, "rb") as fh:
             fh.seek(partition.start)
             data = fh.read(partition.end - partition.start)
-        yield from lines_to_batches(data, partition.name, partition.start)
+        yield from lines_to_batches(
+            data, partition.name, partition.start, partition.first_line, partition.shown_path
+        )
 
     def commit(self, end: dict) -> None:
         """Files are not consumed: the offsets in Spark's log are the whole position."""
 
 
-SCHEMA = source_schema("position", "after_raw")
+SCHEMA = source_schema("position", "metadata", "key_raw", "after_raw")
 """What the file source yields: the rest of a record is the engine's default (a ``create``)."""
-_ARROW_SCHEMA = pa.schema([("position", pa.binary()), ("after_raw", pa.binary())])
+_ARROW_SCHEMA = pa.schema(
+    [
+        ("position", pa.binary()),
+        ("metadata", pa.map_(pa.string(), pa.string())),
+        ("key_raw", pa.binary()),
+        ("after_raw", pa.binary()),
+    ]
+)
 
 
-def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBatch]:
-    """The complete lines of ``data`` (which starts at byte ``base`` of file ``name``) as records, split
-    with numpy and Arrow kernels: no Python per line."""
+def lines_to_batches(
+    data: bytes, name: str, base: int, first_line: int = 1, shown_path: str = ""
+) -> Iterator[pa.RecordBatch]:
+    """The complete lines of ``data`` (which starts at byte ``base`` of file ``name``, at line number
+    ``first_line``) as records, split with numpy and Arrow kernels: no Python per line."""
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw == 10)  # each line's newline
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
@@ -214,7 +271,20 @@ def lines_to_batches(data: bytes, name: str, base: int) -> Iterator[pa.RecordBat
         positions = pc.binary_join_element_wise(
             pa.scalar(f"{name}:"), pc.cast(pa.array(line_starts + base), pa.string()), ""
         ).cast(pa.binary())
-        yield pa.RecordBatch.from_arrays([positions, payload], schema=_ARROW_SCHEMA)
+        numbers = np.arange(first_line + first, first_line + first + len(line_starts), dtype=np.int64)
+        keys = pc.cast(pc.cast(pa.array(numbers), pa.string()), pa.binary())
+        yield pa.RecordBatch.from_arrays(
+            [positions, _file_path_maps(shown_path or name, len(line_starts)), keys, payload],
+            schema=_ARROW_SCHEMA,
+        )
+
+
+def _file_path_maps(path: str, rows: int) -> pa.MapArray:
+    """``{file.path: path}`` for ``rows`` records, built by Arrow kernels."""
+    same = np.zeros(rows, dtype=np.int32)
+    keys = pa.array([META_FILE_PATH], pa.string()).take(same)
+    values = pa.array([path], pa.string()).take(same)
+    return pa.MapArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32)), keys, values)
 
 
 def _without_line_end(values: pa.BinaryArray) -> pa.Array:
@@ -284,9 +354,16 @@ def lag_reader(settings: FileSourceSettings) -> FileLag:
 # destination -------------------------------------------------------------------------------------
 
 
-def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> StagedFiles:
-    return stage_jsonl(records.drop(*ORDER_COLUMNS), settings.path, delivery, settings.output_format)
+def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> Staged:
+    chosen = jsonl_file.layout(settings.path)
+    jsonl_file.announce(settings.path, chosen, f"{delivery.pipeline_id}:{delivery.destination_id}")
+    lines = records.drop(*ORDER_COLUMNS)
+    if chosen == "file":
+        return jsonl_file.stage_append(lines, settings.path, delivery, settings.output_format)
+    return stage_jsonl(lines, settings.path, delivery, settings.output_format)
 
 
 def delivered(settings: FileDestinationSettings, delivery: Delivery) -> bool:
+    if jsonl_file.layout(settings.path) == "file":
+        return jsonl_file.delivered(settings.path, delivery)
     return jsonl_files.delivered(settings.path, delivery)
