@@ -22,8 +22,9 @@ from airflow_conduit.config.spec import PluginSettings
 
 
 def conduit(settings: PluginSettings) -> dict[str, Any]:
-    """Validated settings as Conduit spells them (the config keeps the typed model)."""
-    return settings.model_dump(by_alias=True)
+    """Validated settings as Conduit spells them (the config keeps the typed model), without the SDK's
+    ``sdk.*`` settings every connector takes (their defaults are tested in test_sdk_settings.py)."""
+    return {k: v for k, v in settings.model_dump(by_alias=True).items() if not k.startswith("sdk.")}
 
 
 VALID = """\
@@ -126,7 +127,9 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert conduit(gen.settings) == {
         "recordCount": 10,
         "rate": 0.0,
-        "collections": "",
+        "collections": {},
+        "burst.sleepTime": 0.0,
+        "burst.generateTime": 1.0,
         "operations": "create",
         "format.type": "structured",
         "format.options": {"id": "int", "kind": "string"},
@@ -240,7 +243,7 @@ def test_env_substitution_and_default() -> None:
     )
     result = load(text, env={"COUNT": "7", "OUT": "/data"})
     src, dst = result.pipelines[0].connectors
-    assert conduit(src.settings)["recordCount"] == 7 and conduit(src.settings)["collections"] == "orders"
+    assert conduit(src.settings)["recordCount"] == 7 and src.settings.collection_list == "orders"
     assert conduit(dst.settings)["path"] == "/data/x"
 
 
@@ -274,7 +277,7 @@ def test_env_expansion_follows_go_os_expandenv() -> None:
     result = load(text, env={"COUNT": "3"})
     src, dst = result.pipelines[0].connectors
     # $NAME without braces expands; $$ is the shell's pid variable to Go (unset: empty); a trailing $ stays.
-    assert conduit(src.settings)["recordCount"] == 3 and conduit(src.settings)["collections"] == "ab"
+    assert conduit(src.settings)["recordCount"] == 3 and src.settings.collection_list == "ab"
     assert conduit(dst.settings)["namespace"] == "^refunds$"
     assert [w.message.split(",")[0] for w in result.warnings] == ["environment variable $ is not set"]
 
@@ -521,7 +524,7 @@ def test_unknown_setting_key() -> None:
     )
     found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
     assert found.line == line_of(text, "colour")
-    assert found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace)"
+    assert found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace, sdk.*)"
 
 
 def test_unknown_top_level_field_is_a_warning() -> None:
