@@ -524,7 +524,9 @@ def test_unknown_setting_key() -> None:
     )
     found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
     assert found.line == line_of(text, "colour")
-    assert found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace, sdk.*)"
+    assert (
+        found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace, sdk.*)"
+    )
 
 
 def test_unknown_top_level_field_is_a_warning() -> None:
