@@ -34,26 +34,30 @@ def _duration(value: Any) -> float:
 class SourceSdkSettings(PluginSettings):
     """What every source takes: the admission limit, and the SDK's source middleware settings."""
 
-    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
+    max_records_per_batch: int = Field(
+        default=DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch"
+    )
     """Extension: the most records one micro-batch admits from this source."""
 
-    sdk_batch_size: int = Field(0, ge=0, alias="sdk.batch.size")
+    sdk_batch_size: int = Field(default=0, ge=0, alias="sdk.batch.size")
     """Conduit: the most records the source hands on in one batch (0: one at a time). Here: the most
     records one micro-batch admits (``maxRecordsPerBatch``); 0 keeps the default."""
-    sdk_batch_delay: float = Field(0.0, alias="sdk.batch.delay")
+    sdk_batch_delay: float = Field(default=0.0, alias="sdk.batch.delay")
     """Conduit: how long a batch may wait to fill. A micro-batch here never waits to fill (it takes what
     the source holds when it starts), so any delay bound holds: accepted, changes nothing."""
 
-    sdk_rate_per_second: None = Field(None, alias="sdk.rate.perSecond", exclude=True)
-    sdk_rate_burst: None = Field(None, alias="sdk.rate.burst", exclude=True)
+    sdk_rate_per_second: None = Field(default=None, alias="sdk.rate.perSecond", exclude=True)
+    sdk_rate_burst: None = Field(default=None, alias="sdk.rate.burst", exclude=True)
 
-    sdk_schema_extract_type: Literal["avro"] = Field("avro", alias="sdk.schema.extract.type")
-    sdk_schema_extract_payload_enabled: bool = Field(True, alias="sdk.schema.extract.payload.enabled")
-    sdk_schema_extract_payload_subject: str = Field("payload", alias="sdk.schema.extract.payload.subject")
-    sdk_schema_extract_key_enabled: bool = Field(True, alias="sdk.schema.extract.key.enabled")
-    sdk_schema_extract_key_subject: str = Field("key", alias="sdk.schema.extract.key.subject")
-    sdk_schema_context_enabled: bool = Field(True, alias="sdk.schema.context.enabled")
-    sdk_schema_context_name: str = Field("", alias="sdk.schema.context.name")
+    sdk_schema_extract_type: Literal["avro"] = Field(default="avro", alias="sdk.schema.extract.type")
+    sdk_schema_extract_payload_enabled: bool = Field(default=True, alias="sdk.schema.extract.payload.enabled")
+    sdk_schema_extract_payload_subject: str = Field(
+        default="payload", alias="sdk.schema.extract.payload.subject"
+    )
+    sdk_schema_extract_key_enabled: bool = Field(default=True, alias="sdk.schema.extract.key.enabled")
+    sdk_schema_extract_key_subject: str = Field(default="key", alias="sdk.schema.extract.key.subject")
+    sdk_schema_context_enabled: bool = Field(default=True, alias="sdk.schema.context.enabled")
+    sdk_schema_context_name: str = Field(default="", alias="sdk.schema.context.name")
 
     @field_validator("sdk_batch_delay", mode="before")
     @classmethod
@@ -111,12 +115,12 @@ class SourceSdkSettings(PluginSettings):
 class DestinationSdkSettings(PluginSettings):
     """What every destination takes from the SDK's destination middleware (record formats aside)."""
 
-    sdk_batch_size: int = Field(0, ge=0, alias="sdk.batch.size")
+    sdk_batch_size: int = Field(default=0, ge=0, alias="sdk.batch.size")
     """Conduit: records per write. Here a destination writes a micro-batch in one go and acks it as a
     whole, as Conduit acks a batch: accepted, changes nothing."""
-    sdk_batch_delay: float = Field(0.0, alias="sdk.batch.delay")
-    sdk_rate_per_second: float = Field(0.0, ge=0, alias="sdk.rate.perSecond")
-    sdk_rate_burst: int = Field(0, ge=0, alias="sdk.rate.burst")
+    sdk_batch_delay: float = Field(default=0.0, alias="sdk.batch.delay")
+    sdk_rate_per_second: float = Field(default=0.0, ge=0, alias="sdk.rate.perSecond")
+    sdk_rate_burst: int = Field(default=0, ge=0, alias="sdk.rate.burst")
     """Takes effect only with ``sdk.rate.perSecond`` (Conduit), so any value is accepted."""
 
     @field_validator("sdk_batch_delay", mode="before")
