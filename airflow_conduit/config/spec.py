@@ -97,10 +97,12 @@ class PluginSpec:
 
 def known_settings(model: type[BaseModel]) -> list[str]:
     """The keys a settings model takes, as the user writes them (a map is spread over dotted keys)."""
-    keys = []
+    keys = set()
     for name, info in model.model_fields.items():
         key = info.alias or name
-        keys.append(f"{key}.<field>" if typing.get_origin(info.annotation) is dict else key)
+        if key.startswith("sdk."):
+            key = "sdk.*"  # the connector SDK's settings, one entry (docs/connectors.md lists them)
+        keys.add(f"{key}.<field>" if typing.get_origin(info.annotation) is dict else key)
     return sorted(keys)
 
 

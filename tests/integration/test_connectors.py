@@ -148,6 +148,82 @@ pipelines:
         assert isinstance(document["id"], int) and isinstance(document["ok"], bool)
 
 
+def test_generator_collections_map_burst_and_sdk_batch_size(run_yaml, tmp_path):
+    """Conduit's README examples "Collections" and "Bursts" together, with sdk.batch.size: each
+    collection's records have its operations and format, and a micro-batch admits sdk.batch.size."""
+    settings = {
+        "recordCount": 300,
+        "rate": 3000,
+        "burst.generateTime": "50ms",
+        "burst.sleepTime": "50ms",
+        "sdk.batch.size": 100,
+        "collections.users.format.type": "structured",
+        "collections.users.format.options.id": "int",
+        "collections.users.format.options.name": "string",
+        "collections.users.operations": "create",
+        "collections.orders.format.type": "raw",
+        "collections.orders.format.options.id": "int",
+        "collections.orders.format.options.product": "string",
+        "collections.orders.operations": "create,update,delete",
+    }
+    began = time.monotonic()
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+    assert payload["records"]["read"] == 300
+    assert payload["batches"] >= 3  # at most sdk.batch.size records each
+    # 3000/s while generating, half of the time: 300 records take at least ~0.15 s.
+    assert time.monotonic() - began >= 0.15
+    out = read_jsonl(tmp_path / "out")
+    assert sorted(key_of(r) for r in out) == list(range(300))
+    by_collection: dict[str, list[dict[str, Any]]] = {}
+    for record in out:
+        by_collection.setdefault(record["metadata"]["opencdc.collection"], []).append(record)
+    assert set(by_collection) == {"users", "orders"}
+    assert all(100 <= len(records) <= 200 for records in by_collection.values())  # about half each
+    assert {r["operation"] for r in by_collection["users"]} == {"create"}
+    assert {r["operation"] for r in by_collection["orders"]} == {"create", "update", "delete"}
+    for record in by_collection["users"]:
+        assert set(record["payload"]["after"]) == {"id", "name"}  # structured
+    for record in by_collection["orders"]:
+        for raw in (record["payload"]["before"], record["payload"]["after"]):
+            if raw is not None:
+                assert set(json.loads(base64.b64decode(raw))) == {"id", "product"}  # raw JSON
+
+
+def test_generator_format_file_payload_is_the_file(run_yaml, tmp_path):
+    contents = '<order id="7">été</order>\n'.encode()
+    (tmp_path / "order.xml").write_bytes(contents)
+    settings = {
+        "recordCount": 5,
+        "format.type": "file",
+        "format.options.path": str(tmp_path / "order.xml"),
+        "operations": "snapshot",
+    }
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {gen(settings)}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+    out = read_jsonl(tmp_path / "out")
+    assert len(out) == 5
+    for record in out:
+        assert record["operation"] == "snapshot"
+        assert "opencdc.collection" not in record["metadata"]  # the default collection
+        assert base64.b64decode(record["payload"]["after"]) == contents
+        assert record["payload"]["before"] is None
+
+
 # --- builtin:file source ---------------------------------------------------------------------------------
 
 

@@ -20,13 +20,11 @@ from airflow_conduit.config import (
 from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH, LogDestinationSettings
 from airflow_conduit.config.spec import PluginSettings
 
-DEFAULT_FORMAT = {"sdk.record.format": "opencdc/json", "sdk.record.format.options": ""}
-"""What every destination's settings hold when the file does not set a record format."""
-
 
 def conduit(settings: PluginSettings) -> dict[str, Any]:
-    """Validated settings as Conduit spells them (the config keeps the typed model)."""
-    return settings.model_dump(by_alias=True)
+    """Validated settings as Conduit spells them (the config keeps the typed model), without the SDK's
+    ``sdk.*`` settings every connector takes (their defaults are tested in test_sdk_settings.py)."""
+    return {k: v for k, v in settings.model_dump(by_alias=True).items() if not k.startswith("sdk.")}
 
 
 VALID = """\
@@ -129,14 +127,16 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert conduit(gen.settings) == {
         "recordCount": 10,
         "rate": 0.0,
-        "collections": "",
+        "collections": {},
+        "burst.sleepTime": 0.0,
+        "burst.generateTime": 1.0,
         "operations": "create",
         "format.type": "structured",
         "format.options": {"id": "int", "kind": "string"},
         "seed": 0,
         "maxRecordsPerBatch": DEFAULT_MAX_RECORDS_PER_BATCH,
     }
-    assert conduit(out.settings) == {"path": "/tmp/out", "namespace": ".*", **DEFAULT_FORMAT}
+    assert conduit(out.settings) == {"path": "/tmp/out", "namespace": ".*"}
     (drop,) = out.processors
     assert drop.node_id == "orders:out:drop-x" and drop.workers == 1
     assert drop.field_path == "pipelines[0].connectors[1].processors[0]"
@@ -147,7 +147,7 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
     assert orders.dlq == DLQConfig(
         plugin="builtin:log",
         settings=LogDestinationSettings.model_validate(
-            {"level": "warn", "message": "record delivery failed", "namespace": ".*", **DEFAULT_FORMAT}
+            {"level": "warn", "message": "record delivery failed", "namespace": ".*"}
         ),
         window_size=1,
         window_nack_threshold=0,
@@ -163,11 +163,10 @@ def test_valid_file_loads_with_ids_node_ids_and_defaults() -> None:
         "level": "debug",
         "message": "",
         "namespace": ".*",
-        **DEFAULT_FORMAT,
     }
     assert audit.dlq.plugin == "builtin:file"
     assert (audit.dlq.window_size, audit.dlq.window_nack_threshold) == (5, 2)
-    assert conduit(audit.dlq.settings) == {"path": "/tmp/dlq", "namespace": ".*", **DEFAULT_FORMAT}
+    assert conduit(audit.dlq.settings) == {"path": "/tmp/dlq", "namespace": ".*"}
 
 
 def test_load_pipeline_file_reads_from_disk(tmp_path: Path) -> None:
@@ -248,7 +247,7 @@ def test_env_substitution_and_default() -> None:
     )
     result = load(text, env={"COUNT": "7", "OUT": "/data"})
     src, dst = result.pipelines[0].connectors
-    assert conduit(src.settings)["recordCount"] == 7 and conduit(src.settings)["collections"] == "orders"
+    assert conduit(src.settings)["recordCount"] == 7 and src.settings.collection_list == "orders"
     assert conduit(dst.settings)["path"] == "/data/x"
 
 
@@ -282,7 +281,7 @@ def test_env_expansion_follows_go_os_expandenv() -> None:
     result = load(text, env={"COUNT": "3"})
     src, dst = result.pipelines[0].connectors
     # $NAME without braces expands; $$ is the shell's pid variable to Go (unset: empty); a trailing $ stays.
-    assert conduit(src.settings)["recordCount"] == 3 and conduit(src.settings)["collections"] == "ab"
+    assert conduit(src.settings)["recordCount"] == 3 and src.settings.collection_list == "ab"
     assert conduit(dst.settings)["namespace"] == "^refunds$"
     assert [w.message.split(",")[0] for w in result.warnings] == ["environment variable $ is not set"]
 
@@ -529,9 +528,8 @@ def test_unknown_setting_key() -> None:
     )
     found = issue_at(issues(text), "pipelines[0].connectors[1].settings.colour")
     assert found.line == line_of(text, "colour")
-    assert found.message == (
-        "unknown setting 'colour' for builtin:log (known: level, message, namespace, "
-        "sdk.record.format, sdk.record.format.options)"
+    assert (
+        found.message == "unknown setting 'colour' for builtin:log (known: level, message, namespace, sdk.*)"
     )
 
 

@@ -168,3 +168,172 @@ def test_reader_until_idle_with_a_rate_generates_every_record_at_that_pace():
     assert ends[-1:] == [20]
     assert ends == sorted(set(ends))
     assert time.monotonic() - began >= 20 / rate
+
+
+# --- Conduit's collections.<name>.* map, format.type file, burst.* ---------------------------------------
+
+USERS_AND_ORDERS = {
+    # Conduit's README example "Collections": users (structured, create), orders (raw, create/update/delete).
+    "collections.users.format.type": "structured",
+    "collections.users.format.options.id": "int",
+    "collections.users.format.options.name": "string",
+    "collections.users.operations": "create",
+    "collections.orders.format.type": "raw",
+    "collections.orders.format.options.id": "int",
+    "collections.orders.format.options.product": "string",
+    "collections.orders.operations": "create,update,delete",
+}
+
+
+def test_collections_map_each_collection_its_operations_and_format():
+    by_collection: dict[str, list[tuple]] = {}
+    for row in rows(spec_of(**USERS_AND_ORDERS, seed=4), 3000):
+        by_collection.setdefault(row[METADATA].get("opencdc.collection", ""), []).append(row)
+    # Without a top-level format.type there is no default collection (Conduit's GetCollectionConfigs).
+    assert set(by_collection) == {"users", "orders"}
+    # Conduit picks a collection at random per record, each as likely: 3000 records, about half each.
+    assert all(1300 <= len(found) <= 1700 for found in by_collection.values()), {
+        name: len(found) for name, found in by_collection.items()
+    }
+    # The records of a collection are not taken in turn (random, not round-robin).
+    names = [r[METADATA]["opencdc.collection"] for r in rows(spec_of(**USERS_AND_ORDERS, seed=4), 40)]
+    assert names != ["users", "orders"] * 20 and names != ["orders", "users"] * 20
+    users, orders = by_collection["users"], by_collection["orders"]
+    assert {r[OPERATION] for r in users} == {"create"}
+    assert {r[OPERATION] for r in orders} == {"create", "update", "delete"}
+    # users: structured {id, name}; orders: raw JSON {id, product}.
+    for row in users:
+        assert row[AFTER_RAW] is None and set(json.loads(row[AFTER_JSON])) == {"id", "name"}
+    for row in orders:
+        assert row[AFTER_JSON] is None and row[BEFORE_JSON] is None
+        for data in (row[BEFORE_RAW], row[AFTER_RAW]):
+            if data is not None:
+                assert set(json.loads(data)) == {"id", "product"}
+
+
+def test_collections_map_with_a_top_level_format_adds_the_default_collection():
+    given = {**USERS_AND_ORDERS, "format.type": "structured", "format.options.x": "bool"}
+    found = Counter(r[METADATA].get("opencdc.collection") for r in rows(spec_of(**given, seed=2), 3000))
+    assert set(found) == {None, "users", "orders"}  # the default collection's records carry none
+    assert all(800 <= n <= 1200 for n in found.values()), found
+
+
+def test_collections_list_and_map_together_is_ambiguous():
+    with pytest.raises(ValueError, match="either a comma-separated list of names or collections"):
+        settings_of(collections="a,b", **USERS_AND_ORDERS)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"collections.users.operations": "create"}, "format.type"),  # Conduit requires it per collection
+        ({"collections.users.format.type": "avro"}, "structured"),
+        ({"collections.users.format.type": "raw", "collections.users.format.options.id": "float"}, "float"),
+        ({"collections.users.format.type": "raw", "collections.users.operations": "upsert"}, "operations"),
+        ({"collections.users.format.type": "raw", "collections.users.colour": "red"}, "colour"),
+        ({"format.type": "file"}, "format.options.path not specified"),
+        ({"format.type": "file", "format.options.path": "/nonexistent/x.json"}, "cannot read"),
+        ({"burst.sleepTime": "1s", "burst.generateTime": "0s"}, "burst.generateTime"),
+        ({"burst.sleepTime": "1 second"}, "not a Go duration"),
+    ],
+)
+def test_collection_file_and_burst_settings_refused_as_conduit_does(given, message):
+    with pytest.raises(ValueError, match=message):
+        settings_of(**given)
+
+
+def test_field_type_matched_case_insensitively_as_in_conduit():
+    spec = spec_of(**{"format.options.n": "INT"})
+    assert isinstance(json.loads(spec.row(0)[AFTER_JSON])["n"], int)
+
+
+def test_format_file_payload_is_the_files_contents(tmp_path):
+    """Conduit's NewFileRecordGenerator: the payload data is the file's bytes, raw."""
+    contents = b'{"hello": "world"}\n\x00binary too'
+    path = tmp_path / "payload.bin"
+    path.write_bytes(contents)
+    spec = spec_of(
+        **{"format.type": "file", "format.options.path": str(path), "operations": "create,update,delete"},
+        seed=6,
+    )
+    path.write_bytes(b"changed later")  # read once, when the source opens
+    seen = set()
+    for row in rows(spec, 60):
+        seen.add(row[OPERATION])
+        assert row[BEFORE_JSON] is None and row[AFTER_JSON] is None
+        assert row[BEFORE_RAW] == (contents if row[OPERATION] in ("update", "delete") else None)
+        assert row[AFTER_RAW] == (contents if row[OPERATION] != "delete" else None)
+    assert seen == {"create", "update", "delete"}
+
+
+def test_format_file_per_collection(tmp_path):
+    (tmp_path / "a.txt").write_text("AAA")
+    (tmp_path / "b.txt").write_text("BBB")
+    spec = spec_of(
+        **{
+            "collections.a.format.type": "file",
+            "collections.a.format.options.path": str(tmp_path / "a.txt"),
+            "collections.b.format.type": "file",
+            "collections.b.format.options.path": str(tmp_path / "b.txt"),
+        }
+    )
+    for row in rows(spec, 50):
+        assert row[AFTER_RAW] == row[METADATA]["opencdc.collection"].upper().encode() * 3
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def paced_reader(monkeypatch, **given: Any) -> tuple[GeneratorStreamReader, FakeClock]:
+    clock = FakeClock()
+    monkeypatch.setattr("airflow_conduit.engine.connectors.generator.time.monotonic", clock)
+    return reader(**given), clock
+
+
+def test_burst_with_a_rate_generates_rate_times_generate_time_then_sleeps(monkeypatch):
+    """Conduit's README "Bursts": rate 10, generateTime 1s, sleepTime 1s: bursts of 10 records, one per
+    two seconds."""
+    gen, clock = paced_reader(
+        monkeypatch, rate=10, recordCount=100, **{"burst.generateTime": "1s", "burst.sleepTime": "1s"}
+    )
+    start = gen.initialOffset()
+    limit = gen.getDefaultReadLimit()
+    seen = []
+    # The clock starts when Spark first asks (Conduit's: when the source opens), with a burst.
+    for t in (0.0, 0.5, 1.0, 1.5, 1.99, 2.5, 3.0, 3.7, 4.2, 19.0, 25.0):
+        clock.now = 1000.0 + t
+        seen.append(gen.latestOffset(start, limit)["records"])
+    assert seen == [0, 5, 10, 10, 10, 15, 20, 20, 22, 100, 100]
+
+
+def test_burst_without_a_rate_admits_batches_while_generating_nothing_while_sleeping(monkeypatch):
+    gen, clock = paced_reader(
+        monkeypatch, maxRecordsPerBatch=7, **{"burst.generateTime": "200ms", "burst.sleepTime": "300ms"}
+    )
+    limit = gen.getDefaultReadLimit()
+    start = {"records": 0}
+    assert gen.latestOffset(start, limit) == {"records": 7}  # the clock starts with a burst
+    clock.now += 0.3  # 0.3 s in: sleeping
+    assert gen.latestOffset({"records": 7}, limit) == {"records": 7}
+    clock.now += 0.25  # 0.55 s in: the next burst
+    assert gen.latestOffset({"records": 7}, limit) == {"records": 14}
+
+
+def test_until_idle_burst_waits_out_the_sleep_and_generates_every_record():
+    gen = reader(
+        recordCount=6, maxRecordsPerBatch=2, **{"burst.generateTime": "50ms", "burst.sleepTime": "150ms"}
+    )
+    gen.prepareForTriggerAvailableNow()
+    start, ends = gen.initialOffset(), []
+    while len(ends) < 20:
+        end = gen.latestOffset(start, gen.getDefaultReadLimit())
+        if end == start:
+            break
+        ends.append(end["records"])
+        start = end
+    assert ends[-1] == 6 and ends == sorted(set(ends))

@@ -11,11 +11,10 @@ from pydantic import AfterValidator, Field, field_validator
 from airflow_conduit.gotemplate import Template, TemplateSyntaxError, is_template
 
 from ..fieldref import FieldRef, parse_field_ref
+from ._duration import go_duration as go_duration
 from .record_format import RecordFormatSettings
-
-# Backpressure: the most records a source puts in one micro-batch (memory stays flat whatever the
-# backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
-DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
+from .sdk import DEFAULT_MAX_RECORDS_PER_BATCH as DEFAULT_MAX_RECORDS_PER_BATCH
+from .sdk import DestinationSdkSettings
 
 RequiredStr = Annotated[str, Field(min_length=1)]
 
@@ -47,8 +46,9 @@ def comma_list(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
-class DestinationSettings(RecordFormatSettings):
-    """What every destination takes (``sdk.record.format``: :mod:`.record_format`)."""
+class DestinationSettings(DestinationSdkSettings, RecordFormatSettings):
+    """What every destination takes: the SDK's settings (:mod:`.sdk`, ``sdk.record.format``:
+    :mod:`.record_format`)."""
 
     namespace: str = ".*"
     """Extension (as in Transporter): a regex over ``opencdc.collection`` selecting the records received."""
@@ -61,20 +61,6 @@ class DestinationSettings(RecordFormatSettings):
         except re.error as error:
             raise ValueError(f"not a valid regular expression: {error}") from None
         return value
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def go_duration(text: str) -> float:
-    """Seconds in a Go duration (``100ms``, ``1m30s``, ``1.5s``; ``0`` alone)."""
-    value = text.strip()
-    if value in ("0", "-0", "+0"):
-        return 0.0
-    if not value or _DURATION.sub("", value.lstrip("+")) != "":
-        raise ValueError(f"not a Go duration: {text!r} (e.g. 100ms, 5s, 1m30s)")
-    return sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION.findall(value))
 
 
 def gather_prefixed(data: Any, prefix: str) -> Any:

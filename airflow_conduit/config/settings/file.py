@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
-from ..spec import PluginSettings, PluginSpec
-from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, DestinationSettings, RequiredStr
+from ..spec import PluginSpec
+from ._common import DestinationSettings, RequiredStr
+from .sdk import SourceSdkSettings
 
 _ENGINE = "airflow_conduit.engine.connectors.file"
 
 
-class FileSourceSettings(PluginSettings):
+class FileSourceSettings(SourceSdkSettings):
     path: RequiredStr
-    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
 
 
 class FileDestinationSettings(DestinationSettings):

@@ -7,8 +7,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ..spec import PluginSettings, PluginSpec
-from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, DestinationSettings, RequiredStr
+from ..spec import PluginSpec
+from ._common import DestinationSettings, RequiredStr
+from .sdk import SourceSdkSettings
 
 _POSTGRES_URL = re.compile(r"postgres(?:ql)?://\S+")
 
@@ -21,7 +22,7 @@ def _check_postgres_url(value: str) -> str:
     return value
 
 
-class PostgresSourceSettings(PluginSettings):
+class PostgresSourceSettings(SourceSdkSettings):
     """Conduit's postgres source: snapshot of ``tables``, then CDC (logical replication or long polling)."""
 
     url: RequiredStr
@@ -35,7 +36,6 @@ class PostgresSourceSettings(PluginSettings):
     ordering_column: str = Field("", alias="orderingColumn")
     """``long_polling``: an increasing column; records with a greater value are read next."""
     poll_interval: float = Field(1.0, gt=0, alias="pollingPeriod")
-    max_records_per_batch: int = Field(DEFAULT_MAX_RECORDS_PER_BATCH, ge=1, alias="maxRecordsPerBatch")
 
     @field_validator("url")
     @classmethod

@@ -7,11 +7,13 @@ duplicates easy to check downstream.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -25,6 +27,7 @@ from airflow_conduit.engine.connectors._stream import (
     source_options,
     stop_requested,
 )
+from airflow_conduit.errors import Code, FatalError
 from airflow_conduit.record import SOURCE_SCHEMA
 
 if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydantic)
@@ -32,6 +35,7 @@ if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydant
 
 ROWS_PER_PARTITION = 50_000
 _MASK = (1 << 64) - 1
+_COLLECTION_SALT = 0x5851F42D4C957F2D
 _WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
 _EPOCH = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -55,49 +59,92 @@ def _field_value(kind: str, h: int) -> Any:
     return f"{_WORDS[h % len(_WORDS)]}-{h % 10_000}"
 
 
+Collection = tuple[str, tuple[str, ...], str, tuple[tuple[str, str], ...], str]
+"""One collection as the reader gets it: (name, operations, format type, (field, type) pairs, the
+contents of a ``file`` format's file in base64)."""
+
+
 @dataclass(frozen=True)
 class GeneratorSpec:
     record_count: int
     rate: float
-    collections: tuple[str, ...]
-    operations: tuple[str, ...]
-    structured: bool
-    fields: tuple[tuple[str, str], ...]
+    collections: tuple[Collection, ...]
+    round_robin: bool
     seed: int
     max_records_per_batch: int
+    burst_sleep: float = 0.0
+    burst_generate: float = 1.0
 
     @classmethod
     def from_settings(cls, settings: GeneratorSettings) -> GeneratorSpec:
-        """On the driver: the validated settings (lists already normalised to ``a,b``)."""
-
-        def split(text: str) -> tuple[str, ...]:
-            return tuple(part for part in text.split(",") if part)
-
+        """On the driver: the validated settings (lists already normalised to ``a,b``). A ``file``
+        format's file is read here, once (as Conduit reads it once when the source opens)."""
+        collections = []
+        for name, config in settings.collection_configs():
+            contents = ""
+            if config.format_type == "file":
+                try:
+                    with open(config.file_path, "rb") as file:
+                        contents = base64.b64encode(file.read()).decode()
+                except OSError as error:
+                    raise FatalError(
+                        f"format.options.path: cannot read {config.file_path!r}: {error}",
+                        code=Code.INVALID_CONFIG,
+                    ) from None
+            operations = tuple(op for op in config.operations.split(",") if op)
+            fields = tuple(sorted(config.fields.items()))
+            collections.append((name, operations, config.format_type, fields, contents))
         return cls(
             record_count=settings.record_count,
             rate=settings.rate,
-            collections=split(settings.collections),
-            operations=split(settings.operations),
-            structured=settings.format_type == "structured",
-            fields=tuple(sorted(settings.format_options.items())),
+            collections=tuple(collections),
+            round_robin=settings.round_robin,
             seed=settings.seed,
             max_records_per_batch=settings.max_records_per_batch,
+            burst_sleep=settings.burst_sleep_time,
+            burst_generate=settings.burst_generate_time,
         )
 
-    def payload(self, i: int, salt: int = 0) -> dict[str, Any]:
+    @cached_property
+    def _files(self) -> tuple[bytes, ...]:
+        return tuple(base64.b64decode(collection[4]) for collection in self.collections)
+
+    def payload(self, i: int, fields: tuple[tuple[str, str], ...], salt: int = 0) -> dict[str, Any]:
         base = _mix((self.seed << 32) ^ i ^ (salt << 56))
-        return {name: _field_value(kind, _mix(base + n)) for n, (name, kind) in enumerate(self.fields)}
+        return {name: _field_value(kind, _mix(base + n)) for n, (name, kind) in enumerate(fields)}
+
+    def collection_of(self, i: int) -> int:
+        """Which collection record ``i`` belongs to: in turn (the list form), else one at random, each
+        as likely, as Conduit's generator picks one per record."""
+        count = len(self.collections)
+        if self.round_robin or count == 1:
+            return i % count
+        return _mix(self.seed ^ _COLLECTION_SALT ^ (i * 0xD1B54A32D192ED03 & _MASK)) % count
 
     def row(self, i: int) -> tuple:
+        c = self.collection_of(i)
+        name, operations, kind, fields, _ = self.collections[c]
         h = _mix(self.seed ^ (i * 0x9E3779B97F4A7C15 & _MASK))
-        operation = self.operations[h % len(self.operations)]
-        metadata = (
-            {"opencdc.collection": self.collections[i % len(self.collections)]} if self.collections else {}
-        )
-        before = json.dumps(self.payload(i, salt=1)) if operation in ("update", "delete") else None
-        after = json.dumps(self.payload(i)) if operation != "delete" else None
+        operation = operations[h % len(operations)]
+        metadata = {"opencdc.collection": name} if name else {}
         ident = str(i).encode()
-        if self.structured:
+        has_before, has_after = operation in ("update", "delete"), operation != "delete"
+        if kind == "file":  # Conduit: the file's bytes, raw, as the before and/or after the operation implies
+            data = self._files[c]
+            return (
+                ident,
+                operation,
+                metadata,
+                None,
+                ident,
+                None,
+                data if has_before else None,
+                None,
+                data if has_after else None,
+            )
+        before = json.dumps(self.payload(i, fields, salt=1)) if has_before else None
+        after = json.dumps(self.payload(i, fields)) if has_after else None
+        if kind == "structured":
             return (ident, operation, metadata, None, ident, before, None, after, None)
         return (
             ident,
@@ -133,16 +180,37 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.spec.max_records_per_batch)
 
+    @property
+    def _paced(self) -> bool:
+        return self.spec.rate > 0 or self.spec.burst_sleep > 0
+
+    def _generating_time(self, elapsed: float) -> float:
+        """Of ``elapsed`` seconds, those spent generating: all, or with bursts ``burst.generateTime`` of
+        each cycle of generateTime + sleepTime (Conduit's generator opens with a burst)."""
+        spec = self.spec
+        if spec.burst_sleep <= 0:
+            return elapsed
+        cycles, into = divmod(elapsed, spec.burst_generate + spec.burst_sleep)
+        return cycles * spec.burst_generate + min(into, spec.burst_generate)
+
     def _available(self, done: int) -> int:
+        """How many records exist by now: all of recordCount, or as many as the rate allowed while
+        generating; without a rate, a burst admits a micro-batch and a sleep nothing."""
         spec = self.spec
         ceiling = spec.record_count if spec.record_count >= 0 else None
+        if not self._paced:
+            return ceiling if ceiling is not None else done + spec.max_records_per_batch
+        if self._clock_start is None:
+            self._clock_start = (time.monotonic(), done)
+        started, base = self._clock_start
+        elapsed = time.monotonic() - started
         if spec.rate > 0:
-            if self._clock_start is None:
-                self._clock_start = (time.monotonic(), done)
-            started, base = self._clock_start
-            by_rate = base + int((time.monotonic() - started) * spec.rate)
-            return by_rate if ceiling is None else min(ceiling, by_rate)
-        return ceiling if ceiling is not None else done + spec.max_records_per_batch
+            by_time = base + int(self._generating_time(elapsed) * spec.rate)
+        else:
+            cycle = spec.burst_generate + spec.burst_sleep
+            sleeping = elapsed % cycle >= spec.burst_generate
+            by_time = done if sleeping else done + spec.max_records_per_batch
+        return by_time if ceiling is None else min(ceiling, by_time)
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now = True
@@ -160,22 +228,23 @@ class GeneratorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     spec.record_count if spec.record_count >= 0 else done + spec.max_records_per_batch
                 )
             end = self._target
-            if self.spec.rate > 0 and end > done:
-                end = min(end, self._await_rate(done))
+            if self._paced and end > done:
+                end = min(end, self._await_pace(done))
         else:
             end = self._available(done)
         if isinstance(limit, ReadMaxRows):
             end = min(end, done + limit.max_rows)
         return {"records": max(done, end)}
 
-    def _await_rate(self, done: int) -> int:
-        """Under AvailableNow an offset that did not move ends the run: wait (at most 1/rate seconds)
-        until the rate allows another record, or a stop is requested."""
+    def _await_pace(self, done: int) -> int:
+        """Under AvailableNow an offset that did not move ends the run: wait until the rate (or the end
+        of a burst's sleep) allows another record, or a stop is requested."""
+        step = min(0.1, 1 / self.spec.rate) if self.spec.rate > 0 else 0.05
         while True:
             available = self._available(done)
             if available > done or stop_requested(self.stop_file):
                 return available
-            time.sleep(min(0.1, 1 / self.spec.rate))
+            time.sleep(step)
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         first, last = int(start["records"]), int(end["records"])
