@@ -80,7 +80,15 @@ def ensure_publication(conn: Any, config: Config, tables: tuple[Table, ...]) -> 
             )
             return
         except Exception as error:
-            if _common.sqlstate(error) != "42710":  # duplicate_object: made meanwhile by another run
+            state = _common.sqlstate(error)
+            if state == "42501":  # insufficient_privilege: only the tables' owner may publish them
+                raise FatalError(
+                    f"postgres source: cannot create publication {config.publication!r}: {error}. Create "
+                    f"it as the tables' owner (CREATE PUBLICATION {ident(config.publication)} FOR TABLE "
+                    f"{', '.join(t.qualified for t in tables)}) and this source uses it",
+                    code=Code.SOURCE_FAILED,
+                ) from None
+            if state != "42710":  # duplicate_object: made meanwhile by another run
                 raise
     published = {
         row[0]
