@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 from tests.conftest import read_jsonl
 from tests.integration.test_postgres_source import sql
@@ -174,9 +173,7 @@ def test_a_run_killed_mid_stream_resumes_from_the_committed_position(pg, tmp_pat
     sql(url, "CREATE TABLE items (id int PRIMARY KEY, v text)")
     pipeline = tmp_path / "kill.yaml"
     out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "runs.log"
-    pipeline.write_text(
-        conduit_file(url, "items", "pgo_kill", out=str(out), extra="maxRecordsPerBatch: 40")
-    )
+    pipeline.write_text(conduit_file(url, "items", "pgo_kill", out=str(out), extra="maxRecordsPerBatch: 40"))
     run = [*CLI, "run", str(pipeline), "--until-idle", "--state-dir", str(state)]
     first = subprocess.run(run, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]  # the (empty) snapshot; the slot is made

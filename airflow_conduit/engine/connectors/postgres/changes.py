@@ -112,9 +112,20 @@ def ensure_slot(conn: Any, config: Config, tables: tuple[Table, ...]) -> str:
     """Create the logical replication slot unless it exists (with ``pgoutput``, the publication first:
     the plugin looks it up as of each change, so it must be older than the slot); its confirmed
     position."""
+    position = slot_position(conn, config)
+    if position is None:
+        # Said first: a user without it would otherwise hear only of the publication.
+        role, allowed = conn.execute(
+            "SELECT rolname::text, rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()
+        if not allowed:
+            raise FatalError(
+                f"postgres source: cannot create replication slot {config.slot!r}: user {role!r} lacks the "
+                f"REPLICATION attribute (ALTER ROLE {ident(role)} REPLICATION), or use cdcMode long_polling",
+                code=Code.SOURCE_FAILED,
+            )
     if config.plugin == PGOUTPUT:
         ensure_publication(conn, config, tables)
-    position = slot_position(conn, config)
     if position is None:
         conn.execute("SELECT pg_create_logical_replication_slot(%s, %s)", (config.slot, config.plugin))
         position = slot_position(conn, config)
