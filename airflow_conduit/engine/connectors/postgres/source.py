@@ -147,7 +147,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The tables, and the output plugin the slot is read with (``auto`` decided once, here on the
         driver: the partitions carry the resolved config to the executors)."""
         if self._tables is None:
-            if self.config.mode == "logrepl" and self.config.plugin not in ("pgoutput", "test_decoding"):
+            if self.config.mode == "logrepl":  # also checks that a chosen plugin is the slot's
                 self.config = replace(self.config, plugin=resolve_plugin(conn, self.config))
             self._tables = resolve_tables(conn, self.config)
         return self._tables
