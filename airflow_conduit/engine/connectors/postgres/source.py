@@ -5,8 +5,10 @@ table's single-column primary key), ``maxRecordsPerBatch`` rows per micro-batch,
 The offset names the last key of the page (``{"phase": "snapshot", "table": i, "after": KEY, ...}``), and
 ``latestOffset`` fixes the page's end key, so a replayed batch reads the same key range.
 
-**CDC, logical replication** (``cdcMode: logrepl``; ``auto`` means the same): a ``test_decoding``
-replication slot (``logrepl.slotName``) is created *before* the snapshot is read, so no change committed
+**CDC, logical replication** (``cdcMode: logrepl``; ``auto`` means the same): as in Conduit, the
+publication ``logrepl.publicationName`` (created for the tables unless it exists) and a ``pgoutput``
+replication slot (``logrepl.slotName``; ``logrepl.plugin`` may choose ``test_decoding``, and an existing
+slot keeps its plugin) are created *before* the snapshot is read, so no change committed
 in between is lost. A change committed while the snapshot runs may arrive twice (in the snapshot and as
 a change): destinations that upsert by key make that harmless. Offsets are commit LSNs (transactions
 come out in commit order, but a later transaction's changes can have lower LSNs than an earlier one's
@@ -32,7 +34,8 @@ into records.
 
 This module is the Spark stream reader and its offsets; the parts it calls: :mod:`.tables` (settings,
 tables resolved), :mod:`.pages` (snapshot and polling pages), :mod:`.changes` (the slot and its
-changes), :mod:`.records` (rows and changes as records, as Arrow), :mod:`.decoding` (the slot's text parsed).
+changes), :mod:`.records` (rows and changes as records, as Arrow), :mod:`.pgoutput` and :mod:`.decoding`
+(the slot's messages decoded, binary and text).
 """
 
 from __future__ import annotations

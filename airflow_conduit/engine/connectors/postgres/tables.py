@@ -19,7 +19,7 @@ class Table:
     name: str
     """As configured: the records' ``opencdc.collection``."""
     qualified: str
-    """``schema.table``, quoted where needed: how SQL and ``test_decoding`` name it."""
+    """``schema.table``, quoted where needed: how SQL, publications and ``test_decoding`` name it."""
     columns: tuple[tuple[str, str], ...]
     """``(name, type)`` in table order; types as ``format_type`` prints them."""
     key: tuple[str, ...]
