@@ -257,3 +257,114 @@ def test_captured_default_identity_delete_has_only_the_key() -> None:
         "before": {"id": 7},
         "after": None,
     }
+
+
+# The slot's rows, pgoutput, read through changes.py with a stand-in connection ---------------------
+
+
+class _Result:
+    def __init__(self, rows: list) -> None:
+        self.rows = rows
+
+    def fetchall(self) -> list:
+        return self.rows
+
+    def fetchone(self) -> object:
+        return self.rows[0] if self.rows else None
+
+
+class _Conn:
+    """Answers the slot query with a pgoutput slot at ``confirmed``, and peeks with ``rows``."""
+
+    def __init__(self, rows: list[tuple[str, bytes]], confirmed: str = "0/10") -> None:
+        self.rows, self.confirmed, self.peeks = rows, confirmed, []
+
+    def execute(self, query: str, params: tuple = ()) -> _Result:
+        if "pg_replication_slots" in query:
+            return _Result([(self.confirmed, "pgoutput")])
+        assert "pg_logical_slot_peek_binary_changes" in query and "'proto_version', '1'" in query
+        self.peeks.append(params)
+        upto, limit = params[1], params[2]
+        rows = [r for r in self.rows if upto is None or _lsn(r[0]) <= _lsn(upto)]
+        return _Result(rows if limit is None else rows[:limit])
+
+    def cursor(self) -> _Conn:
+        return self
+
+    def stream(self, query: str, params: tuple) -> list:
+        return self.execute(query, params).fetchall()
+
+
+def _lsn(text: str) -> int:
+    from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
+
+    return lsn_to_int(text)
+
+
+def _txn(commit: str, *changes: bytes) -> list[tuple[str, bytes]]:
+    begin = b"B" + struct.pack("!QqI", _lsn(commit), 0, 1)
+    end = b"C" + struct.pack("!BQQq", 0, _lsn(commit), _lsn(commit) + 8, 0)
+    return [(commit, begin), *((commit, c) for c in changes), (commit, end)]
+
+
+def _insert(oid: int, *values: str) -> bytes:
+    return b"I" + struct.pack("!I", oid) + b"N" + tuple_data(*values)
+
+
+ORDERS_TABLE = Table(
+    "orders",
+    "public.orders",
+    (("id", "integer"), ("total", "numeric"), ("note", "text")),
+    ("id",),
+    "id",
+    16384,
+)
+OTHER = relation(16999, "public", "other", "d", ("id", 23, True))
+
+
+def _config() -> object:
+    from airflow_conduit.engine.connectors.postgres.tables import Config
+
+    return Config(
+        url="postgresql://u:p@h/d",
+        tables=("orders",),
+        key="",
+        snapshot=False,
+        mode="logrepl",
+        slot="s",
+        ordering_column="",
+        poll_interval=1.0,
+        max_records=2,
+        publication="Pub",
+        plugin="pgoutput",
+    )
+
+
+SLOT_ROWS = (
+    # confirmed already: skipped, but its Relation message is what decodes the later changes
+    _txn("0/10", ORDERS, _insert(16384, "1", "1", None))
+    + _txn("0/20", OTHER, b"I" + struct.pack("!I", 16999) + b"N" + tuple_data("9"))  # another table
+    + _txn("0/30", _insert(16384, "2", "2", "x"), _insert(16384, "3", "3", None))
+    + _txn("0/40", _insert(16384, "4", "4", None))
+)
+
+
+def test_batch_ends_after_whole_transactions_of_the_budget() -> None:
+    from airflow_conduit.engine.connectors.postgres.changes import cdc_end
+
+    conn = _Conn(SLOT_ROWS)
+    end = cdc_end(conn, _config(), (ORDERS_TABLE,), "0/10", 2, None)  # type: ignore[arg-type]
+    assert end == "0/30"  # the other table's transaction rides along; 2 changes of ours reach the budget
+    assert conn.peeks[0][3] == '"Pub"'  # publication_names: the name quoted, its case kept
+    assert cdc_end(_Conn(SLOT_ROWS), _config(), (ORDERS_TABLE,), "0/40", 2, None) is None  # type: ignore[arg-type]
+
+
+def test_read_changes_yields_the_batch_transactions_only() -> None:
+    from airflow_conduit.engine.connectors.postgres.changes import read_changes
+
+    records = list(read_changes(_Conn(SLOT_ROWS), _config(), (ORDERS_TABLE,), "0/10", "0/30"))  # type: ignore[arg-type]
+    assert [(r[0], r[1], json.loads(r[3])) for r in records] == [
+        (b"0/30:0", "create", {"id": 2}),
+        (b"0/30:1", "create", {"id": 3}),
+    ]
+    assert json.loads(records[0][7]) == {"id": 2, "total": 2, "note": "x"}
