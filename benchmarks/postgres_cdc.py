@@ -85,6 +85,7 @@ pipelines:
           cdcMode: logrepl
           snapshotMode: never
           logrepl.slotName: {slot}
+          logrepl.plugin: test_decoding
           pollingPeriod: {polling}
 {destination}
 """

@@ -338,6 +338,8 @@ def test_cdc_under_sigkill_confirms_nothing_early_and_delivers_every_change_once
     url = pg.create_database("chaos_cdc")
     pg.execute("CREATE TABLE items (id int PRIMARY KEY, v text)", "chaos_cdc")
     pg.execute("GRANT ALL ON items TO conduit", "chaos_cdc")
+    # pgoutput reads a publication, which only the table's owner may create (the source uses it).
+    pg.execute("CREATE PUBLICATION conduitpub FOR TABLE items", "chaos_cdc")
     pipeline = tmp_path / "cdc.yaml"
     pipeline.write_text(CDC_PIPELINE.format(url=url, out=tmp_path / "out"))
     state, log = tmp_path / "state", tmp_path / "runs.log"

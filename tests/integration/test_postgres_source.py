@@ -1,5 +1,6 @@
 """``builtin:postgres`` source against a real PostgreSQL 15 (tests/pgcluster.py) and real local Spark:
-snapshot, CDC through a test_decoding slot (acked only after the batch committed), long polling, errors.
+snapshot, CDC through a pgoutput (by default) or test_decoding slot (acked only after the batch
+committed), long polling, errors.
 """
 
 from __future__ import annotations
@@ -141,8 +142,10 @@ def test_snapshot_of_two_tables_in_key_order_with_typed_values(pg, run_yaml, tmp
     assert len(read_jsonl(tmp_path / "out")) == 8
 
 
-def test_cdc_inserts_updates_deletes_across_until_idle_runs(pg, run_yaml, tmp_path) -> None:
-    url = pg.create_database("pgsrc_cdc")
+@pytest.mark.parametrize("plugin", ["pgoutput", "test_decoding"])
+def test_cdc_inserts_updates_deletes_across_until_idle_runs(pg, run_yaml, tmp_path, plugin: str) -> None:
+    url = pg.create_database(f"pgsrc_cdc_{plugin}")
+    slot = f"cdc_{plugin}"
     sql(
         url,
         "CREATE TABLE items (id int PRIMARY KEY, v text, n numeric)",
@@ -151,7 +154,7 @@ def test_cdc_inserts_updates_deletes_across_until_idle_runs(pg, run_yaml, tmp_pa
         "CREATE TABLE ignored (id int PRIMARY KEY)",
         "INSERT INTO items VALUES (1, 'a', 1)",
     )
-    text = pipeline(url, "items,audit", slot="cdc")
+    text = pipeline(url, "items,audit", slot=slot, extra=f"logrepl.plugin: {plugin}")
     assert run_yaml(text)["records"]["read"] == 1  # the snapshot
     sql(
         url,
@@ -190,7 +193,10 @@ def test_cdc_inserts_updates_deletes_across_until_idle_runs(pg, run_yaml, tmp_pa
     assert third["records"]["read"] == 2
     tail = read_jsonl(tmp_path / "out")[7:]
     assert [r["key"] for r in tail] == [{"id": 3}, {"id": 4}]
-    assert slot_confirmed(pg, "cdc") <= committed_end_lsn(tmp_path / "state")
+    assert slot_confirmed(pg, slot) <= committed_end_lsn(tmp_path / "state")
+    assert pg.execute(
+        "SELECT plugin::text FROM pg_replication_slots WHERE slot_name = %s", params=(slot,)
+    ) == [(plugin,)]
 
 
 def test_cdc_while_running_and_the_slot_advances_after_commit(pg, spark, tmp_path) -> None:

@@ -33,6 +33,18 @@ class PostgresSourceSettings(SourceSdkSettings):
     snapshot_mode: Literal["initial", "never"] = Field("initial", alias="snapshotMode")
     cdc_mode: Literal["auto", "logrepl", "long_polling"] = Field("auto", alias="cdcMode")
     slot_name: str = Field("conduitslot", alias="logrepl.slotName", pattern=r"^[a-z0-9_]{1,63}$")
+    publication_name: str = Field("conduitpub", alias="logrepl.publicationName", min_length=1, max_length=63)
+    """The publication ``pgoutput`` reads; created for ``tables`` unless it exists (as Conduit)."""
+    auto_cleanup: bool = Field(True, alias="logrepl.autoCleanup")
+    """Conduit drops the slot and publication when the pipeline is deleted. Pipelines are not deleted
+    here (a file is just no longer run): accepted, and the slot and publication are kept."""
+    with_avro_schema: bool | None = Field(None, alias="logrepl.withAvroSchema")
+    """Conduit attaches an Avro schema from its schema registry; there is none here (see the check)."""
+    snapshot_fetch_size: int = Field(50_000, ge=1, alias="snapshot.fetchSize")
+    """Rows per round trip while reading a snapshot page (Conduit's default)."""
+    plugin: Literal["auto", "pgoutput", "test_decoding"] = Field("auto", alias="logrepl.plugin")
+    """Extension: the output plugin. ``auto``: the existing slot's, ``pgoutput`` (Conduit's) for a new
+    one, so a slot made with ``test_decoding`` by an earlier release keeps working."""
     ordering_column: str = Field("", alias="orderingColumn")
     """``long_polling``: an increasing column; records with a greater value are read next."""
     poll_interval: float = Field(1.0, gt=0, alias="pollingPeriod")
@@ -54,6 +66,13 @@ class PostgresSourceSettings(SourceSdkSettings):
     def _check_long_polling(self) -> PostgresSourceSettings:
         if self.cdc_mode == "long_polling" and not self.ordering_column:
             raise ValueError("cdcMode long_polling needs orderingColumn (an increasing column)")
+        if self.with_avro_schema:
+            # Conduit's default is true; a file that leaves it out loads (its records carry no
+            # schema here, as documented), one that asks for it explicitly is told.
+            raise ValueError(
+                "logrepl.withAvroSchema: true is not supported: records carry no Avro schema here (there "
+                "is no schema registry); remove it or set it to false"
+            )
         return self
 
 

@@ -39,7 +39,13 @@ def max_of(conn: Any, table: Table, column: str) -> str | None:
 
 
 def read_range(
-    conn: Any, table: Table, operation: str, after: str | None, upto: str | None, prefix: str
+    conn: Any,
+    table: Table,
+    operation: str,
+    after: str | None,
+    upto: str | None,
+    prefix: str,
+    fetch_size: int = 5000,
 ) -> Iterator[tuple]:
     """Rows with ``after < order <= upto`` in order, through a server-side cursor (bounded memory)."""
     col, cast = ident(table.order), table.type_of(table.order)
@@ -51,7 +57,7 @@ def read_range(
     order_index = names.index(table.order)
     key_index = [names.index(k) for k in table.key]
     with conn.transaction(), conn.cursor(name="conduit_source_page") as cursor:
-        cursor.itersize = 5000
+        cursor.itersize = max(1, fetch_size)
         cursor.execute(
             f"SELECT {table.select_list()} FROM {table.qualified} WHERE {' AND '.join(where)} ORDER BY {col}",
             params,

@@ -5,8 +5,10 @@ table's single-column primary key), ``maxRecordsPerBatch`` rows per micro-batch,
 The offset names the last key of the page (``{"phase": "snapshot", "table": i, "after": KEY, ...}``), and
 ``latestOffset`` fixes the page's end key, so a replayed batch reads the same key range.
 
-**CDC, logical replication** (``cdcMode: logrepl``; ``auto`` means the same): a ``test_decoding``
-replication slot (``logrepl.slotName``) is created *before* the snapshot is read, so no change committed
+**CDC, logical replication** (``cdcMode: logrepl``; ``auto`` means the same): as in Conduit, the
+publication ``logrepl.publicationName`` (created for the tables unless it exists) and a ``pgoutput``
+replication slot (``logrepl.slotName``; ``logrepl.plugin`` may choose ``test_decoding``, and an existing
+slot keeps its plugin) are created *before* the snapshot is read, so no change committed
 in between is lost. A change committed while the snapshot runs may arrive twice (in the snapshot and as
 a change): destinations that upsert by key make that harmless. Offsets are commit LSNs (transactions
 come out in commit order, but a later transaction's changes can have lower LSNs than an earlier one's
@@ -32,7 +34,8 @@ into records.
 
 This module is the Spark stream reader and its offsets; the parts it calls: :mod:`.tables` (settings,
 tables resolved), :mod:`.pages` (snapshot and polling pages), :mod:`.changes` (the slot and its
-changes), :mod:`.records` (rows and changes as records, as Arrow), :mod:`.decoding` (the slot's text parsed).
+changes), :mod:`.records` (rows and changes as records, as Arrow), :mod:`.pgoutput` and :mod:`.decoding`
+(the slot's messages decoded, binary and text).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -62,6 +65,7 @@ from airflow_conduit.engine.connectors.postgres.changes import (
     ensure_slot,
     missing_slot,
     read_changes,
+    resolve_plugin,
     slot_position,
 )
 from airflow_conduit.engine.connectors.postgres.decoding import lsn_to_int
@@ -143,7 +147,11 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise
 
     def _resolved(self, conn: Any) -> tuple[Table, ...]:
+        """The tables, and the output plugin the slot is read with (``auto`` decided once, here on the
+        driver: the partitions carry the resolved config to the executors)."""
         if self._tables is None:
+            if self.config.mode == "logrepl":  # also checks that a chosen plugin is the slot's
+                self.config = replace(self.config, plugin=resolve_plugin(conn, self.config))
             self._tables = resolve_tables(conn, self.config)
         return self._tables
 
@@ -168,15 +176,19 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     return poll_offset([None] * len(tables))
                 return poll_offset([max_of(conn, t, t.order) for t in tables])
             if not create_slot:  # without the slot, snapshot pages can still be read; changes cannot
-                position = slot_position(conn, config.slot) or "0/0"
+                position = slot_position(conn, self.config) or "0/0"
             else:
                 # The slot first: every change committed after this point is kept for us.
+                what = f"replication slot {config.slot!r}"
+                if self.config.plugin == "pgoutput":
+                    what = f"publication {config.publication!r} or " + what
                 with _classified(
                     config.url,
-                    f"postgres source: cannot create replication slot {config.slot!r} (the user needs the "
-                    "REPLICATION attribute, the server wal_level=logical; or use cdcMode long_polling)",
+                    f"postgres source: cannot create {what} (the user needs the REPLICATION attribute "
+                    "and, for a publication, to own the tables; the server wal_level=logical; or use "
+                    "cdcMode long_polling)",
                 ):
-                    position = ensure_slot(conn, config.slot)
+                    position = ensure_slot(conn, self.config, tables)
             if config.snapshot and tables:
                 return snapshot_offset(0, None, position)
             return cdc_offset(position)
@@ -188,7 +200,8 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end.get("phase") != "cdc" or start.get("lsn") == end["lsn"]:
             return None
         with self._session("cannot read the slot's position") as conn:
-            confirmed = slot_position(conn, self.config.slot)
+            self._resolved(conn)
+            confirmed = slot_position(conn, self.config)
         if confirmed is None:
             return f"replication slot {self.config.slot!r} does not exist any more"
         if lsn_to_int(confirmed) > lsn_to_int(start["lsn"]):
@@ -253,9 +266,8 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         upto = self._target if self._available_now else None
         if upto is not None and lsn_to_int(upto) <= lsn_to_int(start):
             return None
-        by_name = {t.qualified: t for t in tables}
         try:
-            return cdc_end(conn, self.config, by_name, start, budget, upto)
+            return cdc_end(conn, self.config, tables, start, budget, upto)
         except Exception as error:
             if _common.sqlstate(error) == "42704":  # undefined_object: the slot is gone
                 raise missing_slot(self.config) from None
@@ -294,7 +306,8 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if end.get("phase") != "cdc":
             return
         with self._session(f"cannot acknowledge position {end['lsn']}") as conn:
-            confirmed = slot_position(conn, self.config.slot)
+            self._resolved(conn)
+            confirmed = slot_position(conn, self.config)
             if confirmed is None:
                 raise missing_slot(self.config)
             if lsn_to_int(end["lsn"]) > lsn_to_int(confirmed):
@@ -305,12 +318,13 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 def _read_batch(conn: Any, batch: _Batch) -> Iterator[tuple]:
     if batch.phase == "cdc":
-        tables = {t.qualified: t for t in batch.tables}
-        yield from read_changes(conn, batch.config, tables, batch.lsn_from, batch.lsn_to)
+        yield from read_changes(conn, batch.config, batch.tables, batch.lsn_from, batch.lsn_to)
         return
     if batch.phase == "snapshot":
         table = batch.tables[batch.table]
-        yield from read_range(conn, table, "snapshot", batch.after, batch.upto, "snapshot")
+        yield from read_range(
+            conn, table, "snapshot", batch.after, batch.upto, "snapshot", batch.config.fetch_size
+        )
         return
     for table, (after, upto) in zip(batch.tables, batch.poll, strict=True):
         if upto is not None and upto != after:

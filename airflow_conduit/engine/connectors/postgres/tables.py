@@ -19,13 +19,15 @@ class Table:
     name: str
     """As configured: the records' ``opencdc.collection``."""
     qualified: str
-    """``schema.table``, quoted where needed: how SQL and ``test_decoding`` name it."""
+    """``schema.table``, quoted where needed: how SQL, publications and ``test_decoding`` name it."""
     columns: tuple[tuple[str, str], ...]
     """``(name, type)`` in table order; types as ``format_type`` prints them."""
     key: tuple[str, ...]
     """The record key's columns: the ``key`` setting, else the primary key."""
     order: str
     """The column that orders the snapshot (or ``orderingColumn`` for long polling); may be empty."""
+    oid: int = 0
+    """``pg_class.oid``: how ``pgoutput`` names the table."""
 
     def type_of(self, column: str) -> str:
         return dict(self.columns).get(column, "text")
@@ -49,6 +51,12 @@ class Config:
     ordering_column: str
     poll_interval: float
     max_records: int
+    publication: str = "conduitpub"
+    """``logrepl.publicationName``: what ``pgoutput`` reads."""
+    plugin: str = "auto"
+    """``logrepl.plugin``: ``pgoutput``, ``test_decoding``, or ``auto`` until the reader resolved it."""
+    fetch_size: int = 5000
+    """``snapshot.fetchSize``: rows per round trip of a snapshot page's cursor."""
 
     @classmethod
     def from_settings(cls, settings: PostgresSourceSettings) -> Config:
@@ -63,6 +71,9 @@ class Config:
             ordering_column=settings.ordering_column,
             poll_interval=settings.poll_interval,
             max_records=settings.max_records_per_batch,
+            publication=settings.publication_name,
+            plugin=settings.plugin,
+            fetch_size=settings.snapshot_fetch_size,
         )
 
 
@@ -73,11 +84,17 @@ def ident(name: str) -> str:
 def resolve_tables(conn: Any, config: Config) -> tuple[Table, ...]:
     """Each configured table's qualified name, columns and key; FatalError naming what to fix."""
     resolved = []
-    for name in config.tables:
+    names = [(name, name) for name in config.tables]  # (as named in records, as looked up)
+    if config.tables == ("*",):  # as Conduit: every table of the public schema, named as it is
+        names = conn.execute(
+            "SELECT tablename::text, quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' "
+            "ORDER BY tablename"
+        ).fetchall()
+    for name, lookup in names:
         row = conn.execute(
             "SELECT c.oid::int, quote_ident(n.nspname) || '.' || quote_ident(c.relname) "
             "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)",
-            (name,),
+            (lookup,),
         ).fetchone()
         if row is None:
             raise FatalError(
@@ -102,9 +119,9 @@ def resolve_tables(conn: Any, config: Config) -> tuple[Table, ...]:
                 (oid,),
             ).fetchall()
         )
-        names = {c for c, _ in columns}
+        column_names = {c for c, _ in columns}
         for setting, column in (("key", config.key), ("orderingColumn", config.ordering_column)):
-            if column and column not in names:
+            if column and column not in column_names:
                 raise FatalError(
                     f"postgres source: table {name!r} has no column {column!r}: fix `{setting}`",
                     code=Code.SOURCE_FAILED,
@@ -118,5 +135,5 @@ def resolve_tables(conn: Any, config: Config) -> tuple[Table, ...]:
                 "the snapshot",
                 code=Code.SOURCE_FAILED,
             )
-        resolved.append(Table(name, qualified, columns, key, order))
+        resolved.append(Table(name, qualified, columns, key, order, oid))
     return tuple(resolved)
