@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +28,14 @@ from pyspark.sql import DataFrame
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
+from airflow_conduit.state import path_segment
 from airflow_conduit.record import opencdc_json_steps
 
 MANIFEST = "_delivery.json"
 
 
 def _marker(directory: Path, delivery: Delivery) -> Path:
-    writer = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{delivery.pipeline_id}-{delivery.destination_id}")
+    writer = path_segment(f"{delivery.pipeline_id}-{delivery.destination_id}")
     return directory / f".delivery-{writer}.json"
 
 
