@@ -28,8 +28,8 @@ from pyspark.sql import DataFrame
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
-from airflow_conduit.state import path_segment
 from airflow_conduit.record import opencdc_json_steps
+from airflow_conduit.state import path_segment
 
 MANIFEST = "_delivery.json"
 
