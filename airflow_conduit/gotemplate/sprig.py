@@ -17,6 +17,8 @@ import string
 import uuid
 from typing import Any
 
+from .gotime import GoTime
+from .sprig_dates import READS_CLOCK, SPRIG_DATES
 from .values import NO_VALUE, TemplateExecError, go_type, to_text, truth
 
 
@@ -52,6 +54,8 @@ def _coalesce(*values: Any) -> Any:
 def _json(value: Any) -> Any:
     if value is NO_VALUE:
         return None
+    if isinstance(value, GoTime):
+        return value.json()  # time.Time's MarshalJSON: RFC 3339 with nanoseconds
     if hasattr(value, "json_value"):  # a record: its OpenCDC JSON, as its MarshalJSON gives it
         return _json(value.json_value())
     if isinstance(value, bytes):
@@ -251,4 +255,9 @@ SPRIG: dict[str, Any] = {
     "typeOf": go_type,
     "kindOf": _kind_of,
     "kindIs": lambda kind, value: _kind_of(value) == kind,
+    **SPRIG_DATES,
 }
+
+NONDETERMINISTIC = READS_CLOCK | {"uuidv4", "randAlphaNum", "randAlpha", "randNumeric", "randInt"}
+"""Functions whose result is not a function of their arguments: they read the clock or draw random
+values."""
