@@ -24,7 +24,20 @@ RFC3339_NANO = "2006-01-02T15:04:05.999999999Z07:00"
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ZERO_UNIX = -62135596800  # time.Time{}: January 1, year 1, 00:00:00 UTC
 _STARTED = time.monotonic()
-_LONG_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
+_LONG_MONTHS = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
 _LONG_DAYS = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"]
 
 
