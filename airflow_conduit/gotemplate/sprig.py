@@ -143,6 +143,15 @@ def _div(a: Any, b: Any) -> int:
     return quotient if (_int(a) >= 0) == (divisor > 0) else -quotient  # Go truncates toward zero
 
 
+def _mod(a: Any, b: Any) -> int:
+    # Go's % on int64: the sign of the dividend, exact (math.fmod would go through float64).
+    dividend, divisor = _int(a), _int(b)
+    if divisor == 0:
+        raise TemplateExecError("integer divide by zero")
+    remainder = abs(dividend) % abs(divisor)
+    return -remainder if dividend < 0 else remainder
+
+
 SPRIG: dict[str, Any] = {
     # strings
     "upper": lambda s: to_text(s).upper(),
@@ -214,7 +223,7 @@ SPRIG: dict[str, Any] = {
     "sub": lambda a, b: _int(a) - _int(b),
     "mul": lambda *values: math.prod(_int(v) for v in values),
     "div": _div,
-    "mod": lambda a, b: int(math.fmod(_int(a), _int(b))),
+    "mod": _mod,
     "max": lambda *values: max(_int(v) for v in values),
     "min": lambda *values: min(_int(v) for v in values),
     "addf": lambda *values: sum(_float(v) for v in values),

@@ -271,3 +271,8 @@ def test_named_templates_are_never_spark_sql_but_their_functions_are_checked() -
     assert condition_sql(Template.parse('{{define "t"}}true{{end}}{{template "t"}}')) is None
     with pytest.raises(TemplateSyntaxError, match='function "nope" not defined'):
         Template.parse('{{define "t"}}{{ nope }}{{end}}x')
+
+
+def test_mod_is_exact_on_int64_as_go_computes_it() -> None:
+    # Nanosecond stamps are beyond float64's exact integers: Go's % on int64 is exact.
+    assert Template.parse("{{ mod 1795564762676681757 2 }} {{ mod -7 3 }}").execute(RECORD) == "1 -1"
