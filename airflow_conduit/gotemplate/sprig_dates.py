@@ -13,12 +13,11 @@ from .gotime import (
     NS,
     ZERO_TIME,
     GoTime,
-    TimeParseError,
     duration_text,
     parse_duration,
-    parse_time,
     round_duration,
 )
+from .gotime_parse import TimeParseError, parse_time
 from .values import GoInt, TemplateExecError, go_type
 
 

@@ -15,12 +15,11 @@ from airflow_conduit.config.template_sql import condition_sql, text_sql
 from airflow_conduit.gotemplate import Template, TemplateExecError, TemplateSyntaxError
 from airflow_conduit.gotemplate.gotime import (
     GoTime,
-    TimeParseError,
     duration_text,
     parse_duration,
-    parse_time,
     round_duration,
 )
+from airflow_conduit.gotemplate.gotime_parse import TimeParseError, parse_time
 from airflow_conduit.gotemplate.opencdc import from_record_dict
 
 NOV_10 = GoTime(1257894000 * 1_000_000_000)  # time.Date(2009, time.November, 10, 23, 0, 0, 0, time.UTC)

@@ -18,7 +18,8 @@ from typing import Any
 
 from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.engine.processors import _record_fields as fields
-from airflow_conduit.gotemplate.gotime import RFC3339_NANO, GoTime, TimeParseError, parse_time
+from airflow_conduit.gotemplate.gotime import RFC3339_NANO, GoTime
+from airflow_conduit.gotemplate.gotime_parse import TimeParseError, parse_time
 from airflow_conduit.gotemplate.values import to_text
 
 _INT = re.compile(r"[+-]?[0-9]+")
