@@ -13,19 +13,23 @@ from urllib.parse import SplitResult
 
 from airflow.sdk import Asset
 
+from airflow_conduit.state import path_segment
+
 SCHEME = "conduit"
 DLQ_GROUP = "dead_letter_queue"
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]*$")
 
 
 def dlq_uri(pipeline_id: str) -> str:
-    """``conduit://PIPELINE_ID/dlq``."""
-    if not _PIPELINE_ID.match(pipeline_id or ""):
+    """``conduit://PIPELINE_ID/dlq``; a ``:`` of a Conduit id (it would read as a port) is written as in the
+    state dir's name (:func:`airflow_conduit.state.path_segment`): ``orders:v2`` is ``conduit://orders~v2/dlq``."""
+    host = path_segment(pipeline_id or "")
+    if not _PIPELINE_ID.match(host):
         raise ValueError(
-            f"pipeline id {pipeline_id!r} cannot name a DLQ asset: use letters, digits and . _ ~ - "
+            f"pipeline id {pipeline_id!r} cannot name a DLQ asset: use letters, digits and . _ : - "
             "(starting with a letter or digit)"
         )
-    return f"{SCHEME}://{pipeline_id}/dlq"
+    return f"{SCHEME}://{host}/dlq"
 
 
 def dlq_asset(pipeline_id: str) -> Asset:

@@ -357,6 +357,23 @@ def read_json(path: Path) -> Any | None:
         return None
 
 
+def path_segment(conduit_id: str) -> str:
+    """The one file-name form of a Conduit id (a pipeline's state dir, a destination's delivery marker).
+
+    Conduit ids may hold ``:`` (``orders:v2``), which Hadoop's ``Path`` reads as a URI scheme in a relative
+    segment ("Relative path in absolute URI") and which Windows refuses; it becomes ``~``, a character no
+    id can hold, so the form is reversible (:func:`id_of_segment`) and ids without ``:`` keep their old
+    directories. Everything else in Conduit's alphabet (letters, digits, ``_ - . :``) is safe in a path;
+    the loader refuses ``.`` and ``..``.
+    """
+    return conduit_id.replace(":", "~")
+
+
+def id_of_segment(segment: str) -> str:
+    """The id :func:`path_segment` made ``segment`` of."""
+    return segment.replace("~", ":")
+
+
 @dataclass(frozen=True)
 class PipelineState:
     """Paths and accessors for one pipeline's state dir."""
@@ -370,7 +387,7 @@ class PipelineState:
 
     @property
     def root(self) -> Path:
-        return self.state_dir / self.pipeline_id
+        return self.state_dir / path_segment(self.pipeline_id)
 
     @property
     def checkpoint_dir(self) -> Path:
@@ -551,7 +568,7 @@ def list_pipelines(state_dir: str | os.PathLike[str]) -> list[PipelineState]:
     if not root.is_dir():
         return []
     return [
-        PipelineState(root, child.name)
+        PipelineState(root, id_of_segment(child.name))
         for child in sorted(root.iterdir())
         if child.is_dir() and ((child / "status.json").exists() or (child / "exit.json").exists())
     ]

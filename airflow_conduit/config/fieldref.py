@@ -175,8 +175,12 @@ def parse_field_ref(text: str) -> FieldRef:
     return ref
 
 
-def _split_list(text: str, what: str) -> list[tuple[FieldRef, str]]:
-    """Parse ``ref[:name], ref[:name], ...``; commas and colons inside ``["..."]`` are not separators."""
+_WHOLE_PAYLOAD = re.compile(r"\.Payload(?=\s*(,|$))")
+
+
+def _split_list(text: str, what: str, whole_payload: bool = False) -> list[tuple[FieldRef, str]]:
+    """Parse ``ref[:name], ref[:name], ...``; commas and colons inside ``["..."]`` are not separators.
+    With ``whole_payload``, ``.Payload`` stands for ``.Payload.Before`` and ``.Payload.After``."""
     items: list[tuple[FieldRef, str]] = []
     i, n = 0, len(text)
     while True:
@@ -184,7 +188,11 @@ def _split_list(text: str, what: str) -> list[tuple[FieldRef, str]]:
             i += 1
         if i >= n:
             raise ValueError(f"empty entry in {what} {text!r}")
-        ref, i = _scan_ref(text, i)
+        if whole_payload and (whole := _WHOLE_PAYLOAD.match(text, i)):
+            items.append((FieldRef("before"), ""))
+            ref, i = FieldRef("after"), whole.end()
+        else:
+            ref, i = _scan_ref(text, i)
         name = ""
         if i < n and text[i] == ":":
             end = text.find(",", i)
@@ -202,8 +210,9 @@ def _split_list(text: str, what: str) -> list[tuple[FieldRef, str]]:
 
 
 def parse_field_list(text: str) -> tuple[FieldRef, ...]:
-    """Parse a comma-separated list of references (``field.exclude``'s ``fields``)."""
-    items = _split_list(text, "field list")
+    """Parse a comma-separated list of references (``field.exclude``'s ``fields``); ``.Payload`` is both
+    ``.Payload.Before`` and ``.Payload.After``, as Conduit's reference to the whole payload."""
+    items = _split_list(text, "field list", whole_payload=True)
     for ref, name in items:
         if name:
             raise ValueError(f"unexpected ':{name}' after {str(ref)!r} in field list {text!r}")

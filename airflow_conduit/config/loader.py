@@ -43,8 +43,12 @@ _CONNECTOR_FIELDS = ("id", "type", "plugin", "name", "settings", "processors")
 _PROCESSOR_FIELDS = ("id", "plugin", "type", "condition", "settings", "workers")
 _CONNECTOR_KINDS: dict[str, ConnectorType] = {"source": "source", "destination": "destination"}
 _DLQ_FIELDS = ("plugin", "settings", "window-size", "window-nack-threshold")
-# Ids become node ids (joined with ':') and state dir names, so keep them to a safe alphabet.
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+# Conduit's id alphabet (pkg/pipeline/service.go, pkg/connector/service.go: `^[A-Za-z0-9-_:.]*$`) and
+# its length limits: a pipeline id 128 characters, a connector's full id (`pipeline:connector`) 256. Ids
+# name files through state.path_segment; "." and ".." would name the state dir itself or its parent.
+_ID = re.compile(r"[A-Za-z0-9_:.\-]+")
+_PIPELINE_ID_LIMIT = 128
+_CONNECTOR_ID_LIMIT = 256
 LATEST_VERSION = {"1": "1.1", "2": "2.2"}
 """What a file of an unknown minor version (or none) is read as, by major version, as Conduit does."""
 
@@ -194,12 +198,19 @@ class _Validator:
             id_path, id_line = _join(path, "id"), node.line_of("id")
         if entry_id and not _ID.fullmatch(entry_id):
             self.issue(
-                id_path,
-                id_line,
-                f"invalid id {entry_id!r}: use letters, digits, '_', '-' and '.' (starting with a letter "
-                "or digit)",
+                id_path, id_line, f"invalid id {entry_id!r}: use letters, digits, '_', '-', ':' and '.'"
+            )
+        elif entry_id in (".", ".."):
+            self.issue(
+                id_path, id_line, f"invalid id {entry_id!r}: it would name a directory of the state dir"
             )
         return entry_id, id_path, id_line
+
+    def check_length(self, full_id: str, limit: int, id_path: str, id_line: int, what: str) -> None:
+        if len(full_id) > limit:
+            self.issue(
+                id_path, id_line, f"{what} id {full_id!r} is longer than {limit} characters (Conduit's limit)"
+            )
 
     def check_unique(
         self, seen: dict[str, str], entry_id: str, id_path: str, id_line: int, what: str
@@ -284,6 +295,7 @@ class _Validator:
         for node, path, line, key_id in self.entries(doc, "pipelines", "", allow_mapping=is_v1):
             pipeline_id, id_path, id_line = self.get_id(node, path, key_id)
             self.check_unique(seen, pipeline_id, id_path, id_line, "pipeline")
+            self.check_length(pipeline_id, _PIPELINE_ID_LIMIT, id_path, id_line, "pipeline")
             pipelines.append(self.pipeline(node, path, line, pipeline_id, is_v1))
         return pipelines
 
@@ -328,6 +340,8 @@ class _Validator:
         for c_node, c_path, c_line, key_id in self.entries(node, "connectors", path, allow_mapping=is_v1):
             connector_id, id_path, id_line = self.get_id(c_node, c_path, key_id)
             self.check_unique(scope, connector_id, id_path, id_line, "connector")
+            full_id = f"{pipeline_id}:{connector_id}"  # Conduit checks the id it prefixes with the pipeline's
+            self.check_length(full_id, _CONNECTOR_ID_LIMIT, id_path, id_line, "connector")
             connector = self.connector(c_node, c_path, c_line, pipeline_id, connector_id, is_v1)
             bad_type = bad_type or connector.type not in ("source", "destination")
             connectors.append(connector)

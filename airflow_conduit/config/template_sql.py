@@ -10,6 +10,10 @@ Translated (values that can never be missing or of another kind, so Go cannot fa
 - ``and``, ``or`` of booleans, ``not`` of a boolean or a string (a string is true when not empty);
 - a pipeline's value passed on as the last operand (``{{ .Metadata.table | hasPrefix "ord" }}``).
 
+Never translated: a template that reads the clock or draws random values (``now``, ``ago``, ``date`` of
+a value that is not a time, ``uuidv4``, ...; :attr:`Template.deterministic`): Spark would fix or
+re-draw its value per query, so it is decided once per record in Python, like user code.
+
 Not translated: payload and key fields (Go fails on a number compared with a string and prints floats its
 own way), ``.Operation`` (an int to Go), every other function. Those run in Python.
 """
@@ -50,6 +54,8 @@ _STRING_TESTS = {"hasPrefix": "startswith", "hasSuffix": "endswith", "contains":
 
 def condition_sql(template: Template) -> str | None:
     """Spark SQL for a condition template (one action whose value is a boolean), else ``None``."""
+    if not template.deterministic:
+        return None
     if len(template.nodes) != 1 or not isinstance(template.nodes[0], Action):
         return None
     try:
@@ -61,6 +67,8 @@ def condition_sql(template: Template) -> str | None:
 
 def text_sql(template: Template) -> str | None:
     """Spark SQL for the text a template prints (literal text and string values), else ``None``."""
+    if not template.deterministic:
+        return None
     parts: list[str] = []
     try:
         for node in template.nodes:

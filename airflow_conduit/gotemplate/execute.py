@@ -14,7 +14,20 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .parser import Action, Branch, Command, Dot, Field, Function, Literal, Node, Pipeline, Text, Variable
+from .parser import (
+    Action,
+    Branch,
+    Command,
+    Dot,
+    Field,
+    Function,
+    Literal,
+    Node,
+    Pipeline,
+    TemplateCall,
+    Text,
+    Variable,
+)
 from .values import (
     NO_VALUE,
     RawData,
@@ -187,9 +200,21 @@ BUILTINS: dict[str, GoFunction] = {
 LAZY = frozenset({"and", "or"})
 
 
+MAX_TEMPLATE_DEPTH = 100
+"""Nested ``{{template}}`` calls allowed (Go allows 100000; Python's stack is smaller)."""
+
+
 class Executor:
-    def __init__(self, functions: Mapping[str, GoFunction], *, missing_key_error: bool = False) -> None:
+    def __init__(
+        self,
+        functions: Mapping[str, GoFunction],
+        definitions: Mapping[str, tuple[Node, ...]] | None = None,
+        *,
+        missing_key_error: bool = False,
+    ) -> None:
         self.functions = functions
+        self.definitions = definitions or {}
+        self.depth = 0
         # Go's Option("missingkey=error"), which the SDK's template record format sets.
         self.missing_key_error = missing_key_error
 
@@ -206,8 +231,24 @@ class Executor:
                 value = self.pipeline(node.pipeline, dot, scopes)
                 if not node.pipeline.declare:
                     out.append(to_text(value))
+            elif isinstance(node, TemplateCall):
+                self.call(node, dot, scopes, out)
             else:
                 self.branch(node, dot, scopes, out)
+
+    def call(self, node: TemplateCall, dot: Any, scopes: list[dict[str, Any]], out: list[str]) -> None:
+        body = self.definitions.get(node.name)
+        if body is None:
+            raise TemplateExecError(f"no such template {node.name!r}")
+        value = self.pipeline(node.pipeline, dot, scopes) if node.pipeline is not None else NO_VALUE
+        if self.depth >= MAX_TEMPLATE_DEPTH:
+            raise TemplateExecError(f"exceeded maximum template depth ({MAX_TEMPLATE_DEPTH})")
+        self.depth += 1
+        try:
+            # The named template sees its own dot and no variables of the caller: $ is its dot.
+            self.nodes(body, value, [{"$": value}], out)
+        finally:
+            self.depth -= 1
 
     def branch(self, node: Branch, dot: Any, scopes: list[dict[str, Any]], out: list[str]) -> None:
         scopes.append({})

@@ -18,6 +18,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
+from .gotime import GoTime
 from .values import NO_VALUE, Operation
 
 _HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -84,6 +85,8 @@ def _encode(value: Any, out: list[str], html: bool) -> None:
         out.append(_string(value, html))
     elif isinstance(value, bytes | bytearray):
         out.append('"' + base64.b64encode(value).decode() + '"')
+    elif isinstance(value, GoTime):
+        out.append(_string(value.json(), html))  # time.Time's MarshalJSON: RFC 3339 with nanoseconds
     elif hasattr(value, "json_value"):  # a record: its OpenCDC JSON
         _encode(value.json_value(), out, html)
     elif isinstance(value, dict):

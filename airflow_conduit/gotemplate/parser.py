@@ -1,8 +1,8 @@
 """Go ``text/template`` tokens into a tree: text, actions (pipelines of commands), ``if``/``with``/``range``
-with ``else``, variables (pure Python).
+with ``else``, variables, and named templates: ``define`` (at the top level), ``template`` and ``block``
+(pure Python).
 
-Not supported (refused with a message): ``define``, ``template``, ``block`` (a pipeline setting is one
-template), ``break``/``continue``.
+Not supported (refused with a message): ``break``/``continue``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass, field
 
 from .lexer import KEYWORDS, Kind, TemplateSyntaxError, Token, line_at, tokenize
+from .values import GoInt
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,16 @@ class Branch:
     otherwise: tuple[Node, ...] = ()
 
 
-Node = Text | Action | Branch
+@dataclass(frozen=True)
+class TemplateCall:
+    """``{{template "name" pipeline}}`` (and the call a ``block`` makes): the named template, run with
+    the pipeline's value as its dot (nil without one)."""
+
+    name: str
+    pipeline: Pipeline | None
+
+
+Node = Text | Action | Branch | TemplateCall
 
 
 @dataclass
@@ -87,6 +97,8 @@ class _Parser:
     tokens: list[Token]
     index: int = 0
     declared: list[set[str]] = field(default_factory=lambda: [{"$"}])
+    definitions: dict[str, tuple[Node, ...]] = field(default_factory=dict)
+    depth: int = 0
 
     # ---- tokens ----
     def peek(self, skip_space: bool = True) -> Token | None:
@@ -130,7 +142,9 @@ class _Parser:
                 self.next()
                 if head.text in ends:
                     return tuple(out), head.text
-                out.append(self.keyword(head))
+                node = self.keyword(head)
+                if node is not None:
+                    out.append(node)
             else:
                 out.append(Action(self.pipeline(allow_declare=True)))
                 self.expect(Kind.RIGHT, "'}}'")
@@ -138,17 +152,58 @@ class _Parser:
             raise self.error(len(self.source), f"unexpected end of template: missing {{{{{ends[-1]}}}}}")
         return tuple(out), None
 
-    def keyword(self, token: Token) -> Node:
+    def keyword(self, token: Token) -> Node | None:
+        """The node a keyword starts; ``None`` for a ``define`` (it adds a named template)."""
         if token.text in ("if", "with", "range"):
             return self.branch(token.text)
         if token.text in ("else", "end"):
             raise self.error(token.offset, f"unexpected {{{{{token.text}}}}}")
-        raise self.error(
-            token.offset,
-            f"{{{{{token.text}}}}} is not supported in a pipeline setting's template (one template per setting)",
-        )
+        if token.text == "define":
+            if self.depth:
+                raise self.error(token.offset, 'unexpected "define" in command: define only at the top level')
+            self.definition(self.template_name("define"), token.offset)
+            return None
+        if token.text == "template":
+            name = self.template_name("template")
+            following = self.peek()
+            pipeline = None
+            if following is not None and following.kind is not Kind.RIGHT:
+                pipeline = self.pipeline(allow_declare=False)
+            self.expect(Kind.RIGHT, "'}}'")
+            return TemplateCall(name, pipeline)
+        if token.text == "block":
+            # {{block "name" pipeline}}T{{end}} is {{define "name"}}T{{end}}{{template "name" pipeline}}.
+            name = self.template_name("block")
+            pipeline = self.pipeline(allow_declare=False)
+            self.definition(name, token.offset)
+            return TemplateCall(name, pipeline)
+        raise self.error(token.offset, f"{{{{{token.text}}}}} is not supported")
+
+    def template_name(self, clause: str) -> str:
+        token = self.next()
+        if token.kind not in (Kind.STRING, Kind.RAW_STRING):
+            raise self.error(token.offset, f"unexpected {token.text!r} in {clause} clause")
+        name = self.literal(token)
+        assert isinstance(name, str)
+        return name
+
+    def definition(self, name: str, offset: int) -> None:
+        """The body of a ``define`` or ``block`` up to its ``{{end}}``: its own variables (``$`` is its dot)."""
+        self.expect(Kind.RIGHT, "'}}'")
+        outer, self.declared = self.declared, [{"$"}]
+        self.depth += 1
+        body, _ = self.nodes(("end",))
+        self.expect(Kind.RIGHT, "'}}'")
+        self.depth -= 1
+        self.declared = outer
+        existing = self.definitions.get(name)
+        if existing and _non_empty(existing) and _non_empty(body):
+            raise self.error(offset, f'template: multiple definition of template "{name}"')
+        if not existing or _non_empty(body):
+            self.definitions[name] = body
 
     def branch(self, keyword: str) -> Branch:
+        self.depth += 1
         self.declared.append(set())
         pipeline = self.pipeline(allow_declare=True)
         self.expect(Kind.RIGHT, "'}}'")
@@ -171,6 +226,7 @@ class _Parser:
         else:
             self.expect(Kind.RIGHT, "'}}'")
         self.declared.pop()
+        self.depth -= 1
         return Branch(keyword, pipeline, body, otherwise)
 
     # ---- pipelines ----
@@ -289,6 +345,10 @@ class _Parser:
         raise self.error(token.offset, f"unexpected {token.text!r}")
 
     def number(self, token: Token) -> int | float:
+        value = self._number(token)
+        return GoInt(value) if isinstance(value, int) else value
+
+    def _number(self, token: Token) -> int | float:
         text = token.text.replace("_", "")
         if text.endswith("i"):
             raise self.error(token.offset, f"complex numbers are not supported: {token.text}")
@@ -304,8 +364,18 @@ class _Parser:
             raise self.error(token.offset, f"bad number syntax: {token.text!r}") from None
 
 
+def _non_empty(nodes: tuple[Node, ...]) -> bool:
+    """Go's ``IsEmptyTree``: anything but white space text."""
+    return any(not (isinstance(node, Text) and not node.text.strip()) for node in nodes)
+
+
 def parse(source: str) -> tuple[Node, ...]:
     """The template's tree; :class:`TemplateSyntaxError` says where and why it cannot be parsed."""
+    return parse_tree(source)[0]
+
+
+def parse_tree(source: str) -> tuple[tuple[Node, ...], dict[str, tuple[Node, ...]]]:
+    """The template's tree and its named templates (``define``, ``block``)."""
     parser = _Parser(source, tokenize(source))
     nodes, _ = parser.nodes(())
-    return nodes
+    return nodes, parser.definitions

@@ -18,6 +18,8 @@ import uuid
 from typing import Any
 
 from .gojson import go_json
+from .gotime import GoTime
+from .sprig_dates import READS_CLOCK, SPRIG_DATES
 from .values import NO_VALUE, TemplateExecError, go_type, to_text, truth
 
 
@@ -53,6 +55,8 @@ def _coalesce(*values: Any) -> Any:
 def _json(value: Any) -> Any:
     if value is NO_VALUE:
         return None
+    if isinstance(value, GoTime):
+        return value.json()  # time.Time's MarshalJSON: RFC 3339 with nanoseconds
     if hasattr(value, "json_value"):  # a record: its OpenCDC JSON, as its MarshalJSON gives it
         return _json(value.json_value())
     if isinstance(value, bytes):
@@ -140,6 +144,15 @@ def _div(a: Any, b: Any) -> int:
     return quotient if (_int(a) >= 0) == (divisor > 0) else -quotient  # Go truncates toward zero
 
 
+def _mod(a: Any, b: Any) -> int:
+    # Go's % on int64: the sign of the dividend, exact (math.fmod would go through float64).
+    dividend, divisor = _int(a), _int(b)
+    if divisor == 0:
+        raise TemplateExecError("integer divide by zero")
+    remainder = abs(dividend) % abs(divisor)
+    return -remainder if dividend < 0 else remainder
+
+
 SPRIG: dict[str, Any] = {
     # strings
     "upper": lambda s: to_text(s).upper(),
@@ -211,7 +224,7 @@ SPRIG: dict[str, Any] = {
     "sub": lambda a, b: _int(a) - _int(b),
     "mul": lambda *values: math.prod(_int(v) for v in values),
     "div": _div,
-    "mod": lambda a, b: int(math.fmod(_int(a), _int(b))),
+    "mod": _mod,
     "max": lambda *values: max(_int(v) for v in values),
     "min": lambda *values: min(_int(v) for v in values),
     "addf": lambda *values: sum(_float(v) for v in values),
@@ -254,4 +267,9 @@ SPRIG: dict[str, Any] = {
     "typeIsLike": lambda name, value: go_type(value) in (to_text(name), "*" + to_text(name)),
     "kindOf": _kind_of,
     "kindIs": lambda kind, value: _kind_of(value) == kind,
+    **SPRIG_DATES,
 }
+
+NONDETERMINISTIC = READS_CLOCK | {"uuidv4", "randAlphaNum", "randAlpha", "randNumeric", "randInt"}
+"""Functions whose result is not a function of their arguments: they read the clock or draw random
+values."""

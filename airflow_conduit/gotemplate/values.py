@@ -60,6 +60,11 @@ class Operation(int):
         return self.NAMES.get(int(self), f"Operation({int(self)})")
 
 
+class GoInt(int):
+    """An integer constant in the template, a Go ``int``; integers of records and the results of Sprig's
+    arithmetic are ``int64`` (plain ``int``). Sprig's ``duration`` reads only an ``int64``."""
+
+
 class Struct:
     """A Go struct: :attr:`FIELDS` are its exported fields, in order (how it prints)."""
 
@@ -67,6 +72,12 @@ class Struct:
     UNEXPORTED: ClassVar[int] = 0
     """Unexported fields after :attr:`FIELDS`, all nil: ``%v`` prints them (as ``<nil>``), templates
     cannot reach them."""
+    GO_TYPE: ClassVar[str] = ""
+
+    def text(self) -> str:
+        """How ``fmt`` prints the struct: its fields in braces (a type with a ``String`` method differs)."""
+        parts = [to_text(getattr(self, name)) for name in self.FIELDS] + ["<nil>"] * self.UNEXPORTED
+        return "{" + " ".join(parts) + "}"
 
     def field(self, name: str) -> Any:
         if name not in self.FIELDS:
@@ -100,7 +111,7 @@ def go_type(value: Any) -> str:
         return "[]interface {}"
     if value is None or value is NO_VALUE:
         return "<nil>"
-    return type(value).__name__
+    return getattr(value, "GO_TYPE", "") or type(value).__name__
 
 
 def format_float(value: float) -> str:
@@ -154,8 +165,7 @@ def to_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + " ".join(to_text(item) for item in value) + "]"
     if isinstance(value, Struct):
-        parts = [to_text(getattr(value, name)) for name in value.FIELDS] + ["<nil>"] * value.UNEXPORTED
-        return "{" + " ".join(parts) + "}"
+        return value.text()
     return str(value)
 
 

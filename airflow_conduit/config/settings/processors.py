@@ -74,7 +74,16 @@ class FieldSettings(PluginSettings):
 
 
 class FieldConvertSettings(FieldSettings):
-    type: Literal["string", "int", "float", "bool"]
+    type: Literal["string", "int", "float", "bool", "time"]
+
+    @field_validator("type")
+    @classmethod
+    def _check_time_target(cls, value: str, info: ValidationInfo) -> str:
+        # Conduit converts only .Key and .Payload fields; metadata (strings only) cannot hold a time.
+        target = info.data.get("field")
+        if value == "time" and target and parse_field_ref(target).root not in ("key", "before", "after"):
+            raise ValueError(f"type time converts a .Key or .Payload field, not {target}")
+        return value
 
 
 class FilterSettings(PluginSettings):

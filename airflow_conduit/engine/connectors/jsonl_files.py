@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.record_format import record_lines
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
+from airflow_conduit.state import path_segment
 
 if TYPE_CHECKING:
     from airflow_conduit.config.settings.record_format import RecordFormat
@@ -39,7 +39,7 @@ MANIFEST = "_delivery.json"
 
 
 def _marker(directory: Path, delivery: Delivery) -> Path:
-    writer = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{delivery.pipeline_id}-{delivery.destination_id}")
+    writer = path_segment(f"{delivery.pipeline_id}-{delivery.destination_id}")
     return directory / f".delivery-{writer}.json"
 
 

@@ -1,5 +1,5 @@
-"""``field.convert``: convert a field to ``string``, ``int``, ``float`` or ``bool``; a value that does not
-convert nacks the record."""
+"""``field.convert``: convert a field to ``string``, ``int``, ``float`` or ``bool`` (Spark SQL), or to
+``time`` (in Python, with Go's parsing); a value that does not convert nacks the record."""
 
 from __future__ import annotations
 
@@ -16,11 +16,14 @@ from airflow_conduit.engine.processors._expr import (
     sql_str,
     unsupported,
 )
+from airflow_conduit.engine.processors.custom_python import apply_builtin
 
 SPARK_TYPES = {"string": "string", "int": "bigint", "float": "double", "bool": "boolean"}
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[FieldConvertSettings]) -> DataFrame:
+    if proc.settings.type == "time":
+        return apply_builtin(records, proc, "airflow_conduit.engine.processors.field_convert_time:make")
     ref = parse_field_ref(proc.settings.field)
     target = proc.settings.type
     spark_type = SPARK_TYPES[target]
