@@ -17,7 +17,7 @@ from airflow_conduit.state import path_segment
 
 SCHEME = "conduit"
 DLQ_GROUP = "dead_letter_queue"
-_PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._~-]*$")
+_PIPELINE_ID = re.compile(r"^(?!\.+$)[A-Za-z0-9._~-]+$")  # Conduit ids, `:` as `~`; not `.` or `..`
 
 
 def dlq_uri(pipeline_id: str) -> str:
@@ -27,7 +27,7 @@ def dlq_uri(pipeline_id: str) -> str:
     if not _PIPELINE_ID.match(host):
         raise ValueError(
             f"pipeline id {pipeline_id!r} cannot name a DLQ asset: use letters, digits and . _ : - "
-            "(starting with a letter or digit)"
+            "(not . or ..)"
         )
     return f"{SCHEME}://{host}/dlq"
 

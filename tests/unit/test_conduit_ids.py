@@ -78,3 +78,23 @@ def test_ids_without_colon_keep_their_state_dirs(tmp_path) -> None:
 def test_dlq_asset_uri_of_a_colon_id_names_no_port() -> None:
     assert dlq_uri("orders:v2") == "conduit://orders~v2/dlq"
     assert dlq_uri("orders") == "conduit://orders/dlq"
+
+
+@pytest.mark.parametrize("pipeline_id", ["_staging", "-x", ":v2", "a.b"])
+def test_every_id_conduit_accepts_names_a_dlq_asset_airflow_takes(pipeline_id: str) -> None:
+    from urllib.parse import urlsplit
+
+    from airflow_conduit.assets import dlq_asset, sanitize_uri
+
+    uri = dlq_asset(pipeline_id).uri
+    assert sanitize_uri(urlsplit(uri)).geturl() == uri  # what Airflow calls on the asset's URI
+
+
+@pytest.mark.parametrize("host", [".", "..", "a/b"])
+def test_a_dlq_uri_that_is_no_conduit_id_is_refused(host: str) -> None:
+    from urllib.parse import urlsplit
+
+    from airflow_conduit.assets import sanitize_uri
+
+    with pytest.raises(ValueError):
+        sanitize_uri(urlsplit(f"conduit://{host}/dlq"))
