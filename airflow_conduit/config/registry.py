@@ -6,7 +6,7 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 
 from __future__ import annotations
 
-from .settings import file, generator, log, postgres, processors, python, webhook
+from .settings import file, generator, javascript, log, postgres, processors, python, webhook
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -32,6 +32,7 @@ BUILTIN: tuple[PluginSpec, ...] = (
     processors.UNWRAP_KAFKACONNECT,
     webhook.WEBHOOK_HTTP,
     python.PROCESSOR,
+    javascript.PROCESSOR,
 )
 
 
