@@ -2,7 +2,7 @@
 
 Pure Python (no Spark): ``validate`` loads a script here to refuse one that does not compile, and the
 engine runs batches of records through it. A call into V8 costs ~0.2 ms, so records cross in batches:
-one JSON text in, one out, per Arrow batch (:meth:`Runtime.run`); the script is compiled once per
+the batch's columns as one JSON text in, one out (:meth:`Runtime.run`); the script is compiled once per
 process (:func:`runtime_for`). ``prelude.js`` defines what Conduit gives a script.
 """
 
@@ -12,7 +12,7 @@ import atexit
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,20 @@ LOAD_TIMEOUT = 5.0
 
 log = logging.getLogger(__name__)
 
-Data = tuple[str | None, bytes | None]
-"""A data field as the engine's columns hold it: (structured JSON text, raw bytes); both None: nil."""
-Outcome = None | str | tuple[bytes | None, str, dict[str, str], Data, Data, Data]
-"""What ``process`` made of a record: None (filtered), an error message (nack), or the record as
-(position, operation, metadata, key, before, after)."""
+INPUT_COLUMNS = (
+    "position",
+    "operation",
+    "metadata",
+    "key_json",
+    "key_raw",
+    "before_json",
+    "before_raw",
+    "after_json",
+    "after_raw",
+)
+"""The engine's record columns a batch carries into V8 (``*_json``: structured data as JSON text)."""
+STATE_RECORD, STATE_FILTERED, STATE_NACKED = 0, 1, 2
+"""``state`` of a result row: the record (the other columns), filtered, nacked (``error``)."""
 
 
 class ScriptError(ValueError):
@@ -39,35 +48,16 @@ class ScriptError(ValueError):
         self.line = line
 
 
-def _text(value: str) -> str:
-    return json.dumps(value)
+def _latin1(values: Sequence[bytes | None]) -> list[str | None]:
+    # One char per byte: JSON carries no bytes, and latin-1 maps each byte to itself both ways.
+    return [None if value is None else bytes(value).decode("latin-1") for value in values]
 
 
-def _data_item(data: Data) -> str:
-    text, raw = data
-    if text is not None:
-        return f"[{text}]"
-    if raw is not None:
-        return _text(bytes(raw).decode("latin-1"))  # one char per byte: JSON carries no bytes
-    return "null"
+def _bytes(values: list[str | None]) -> list[bytes | None]:
+    return [None if value is None else value.encode("latin-1") for value in values]
 
 
-def encode(
-    position: bytes | None,
-    operation: str,
-    metadata: Mapping[str, str] | Iterable[tuple[str, str]] | None,
-    key: Data,
-    before: Data,
-    after: Data,
-) -> str:
-    """One record as the prelude's batch runner reads it; structured data is embedded as the JSON text
-    the engine already holds (no parsing in Python)."""
-    pos = "null" if position is None else _text(bytes(position).decode("latin-1"))
-    meta = json.dumps(dict(metadata or ()))
-    return f"[{pos},{_text(operation)},{meta},{_data_item(key)},{_data_item(before)},{_data_item(after)}]"
-
-
-def encode_value(value: Any) -> Data:
+def encode_value(value: Any) -> tuple[str | None, bytes | None]:
     """A record dict's data value (dict: structured, bytes: raw) as the engine's columns hold it."""
     if value is None:
         return None, None
@@ -78,28 +68,20 @@ def encode_value(value: Any) -> Data:
     return json.dumps(value), None
 
 
-def _data_out(value: Any) -> Data:
-    if value is None:
-        return None, None
-    if isinstance(value, str):
-        return None, value.encode("latin-1")
-    return value[0], None
+def _dumps(value: Any) -> str:
+    try:
+        import orjson  # the engine's extra: several times faster than json on a batch
+    except ImportError:
+        return json.dumps(value)
+    return orjson.dumps(value).decode()
 
 
-def _outcome(result: Any) -> Outcome:
-    if result is None:
-        return None
-    if isinstance(result, dict):
-        return str(result["e"])
-    position, operation, metadata, key, before, after = result
-    return (
-        None if position is None else position.encode("latin-1"),
-        operation,
-        metadata,
-        _data_out(key),
-        _data_out(before),
-        _data_out(after),
-    )
+def _loads(text: str) -> Any:
+    try:
+        import orjson
+    except ImportError:
+        return json.loads(text)
+    return orjson.loads(text)
 
 
 _LEVELS = {
@@ -169,14 +151,25 @@ class Runtime:
             self._context.close()
             raise
 
-    def run(self, items: list[str]) -> list[Outcome]:
-        """Each encoded record (:func:`encode`) through ``process``, in order, in one call into V8."""
-        if not items:
-            return []
-        results, lines = json.loads(self._run("[" + ",".join(items) + "]"))
+    def run(self, columns: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
+        """Each record of the columns (:data:`INPUT_COLUMNS`; ``metadata`` as (name, value) pairs)
+        through ``process``, in order, in one call into V8. Returns the output columns: ``state``,
+        ``error`` and the input's, bytes as bytes."""
+        batch = {
+            name: list(columns[name])
+            for name in ("operation", "metadata", "key_json", "before_json", "after_json")
+        }
+        for name in ("position", "key_raw", "before_raw", "after_raw"):
+            batch[name] = _latin1(columns[name])
+        if not batch["operation"]:
+            return {name: [] for name in ("state", "error", *INPUT_COLUMNS)}
+        out = _loads(self._run(_dumps(batch)))
+        lines = out.pop("logs")
         if lines:
             _log(lines)
-        return [_outcome(result) for result in results]
+        for name in ("position", "key_raw", "before_raw", "after_raw"):
+            out[name] = _bytes(out[name])
+        return out
 
     def close(self) -> None:
         # Release the function handle before the context: a handle outliving it can hang the exit.

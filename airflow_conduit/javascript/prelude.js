@@ -1,7 +1,7 @@
 // What Conduit's custom.javascript gives a script (pkg/plugin/processor/builtin/impl/custom/javascript.go):
 // `logger`, `Record()`, `RawData()`, `StructuredData()`, and the record as
 // {Position, Operation, Metadata, Key, Payload: {Before, After}}. Plus the batch runner the engine calls:
-// one call per Arrow batch, records in and results out as JSON text (a call into V8 costs ~0.2 ms).
+// one call per Arrow batch, columns in and out as JSON text (a call into V8 costs ~0.2 ms).
 (function () {
   "use strict";
   const g = globalThis;
@@ -93,20 +93,23 @@
     },
   });
 
-  // The engine's encoding of a data field: null, a string (raw bytes, one char per byte) or a
-  // one-element array (structured: the value).
-  function dataIn(value) {
-    if (value === null) return null;
-    if (typeof value === "string") return latin1Bytes(value, ConduitRawData);
-    return value[0];
+  // A data field crosses as (JSON text, raw bytes as a string of one char per byte); both null: nil.
+  function dataIn(text, raw) {
+    if (text !== null) return JSON.parse(text);
+    if (raw !== null) return latin1Bytes(raw, ConduitRawData);
+    return null;
   }
   // What Conduit keeps of a data field the script set: raw data or a map; anything else is nil.
-  function dataOut(value) {
-    if (value instanceof Uint8Array) return latin1Text(value);
-    if (value !== null && typeof value === "object" && !Array.isArray(value) && !ArrayBuffer.isView(value)) {
-      return [JSON.stringify(value)];
+  function dataOut(value, texts, raws, i) {
+    let text = null;
+    let raw = null;
+    if (value instanceof Uint8Array) {
+      raw = latin1Text(value);
+    } else if (value !== null && typeof value === "object" && !Array.isArray(value) && !ArrayBuffer.isView(value)) {
+      text = JSON.stringify(value);
     }
-    return null;
+    texts[i] = text;
+    raws[i] = raw;
   }
   function positionOut(value) {
     if (value === null || value === undefined) return null;
@@ -134,15 +137,28 @@
     }
     return metadata;
   }
-  function result(value) {
-    if (value === null || value === undefined) return null; // filtered, as Conduit's nil
+  const DATA = ["key", "before", "after"];
+  // The script's result for record i, into the output columns: state 0 (a record), 1 (filtered, as
+  // Conduit's nil) or 2 (nacked, the message in `error`).
+  function store(out, i, value) {
+    if (value === null || value === undefined) {
+      out.state[i] = 1;
+      return;
+    }
     if (!(value instanceof ConduitRecord)) {
       const type = Array.isArray(value) ? "array" : typeof value;
       throw new Error(`js function expected to return a record (the one it got or Record()), but returned: ${type}`);
     }
     const payload = value.Payload || {};
-    return [positionOut(value.Position), operationOut(value.Operation), metadataOut(value.Metadata),
-      dataOut(value.Key), dataOut(payload.Before), dataOut(payload.After)];
+    const position = positionOut(value.Position);
+    const operation = operationOut(value.Operation);
+    const metadata = metadataOut(value.Metadata);
+    const data = [value.Key, payload.Before, payload.After];
+    for (let d = 0; d < 3; d++) dataOut(data[d], out[DATA[d] + "_json"], out[DATA[d] + "_raw"], i);
+    out.state[i] = 0;
+    out.position[i] = position;
+    out.operation[i] = operation;
+    out.metadata[i] = metadata;
   }
   // A thrown error as goja prints one: "Error: message at process (script.js:2:11)".
   function errorText(error) {
@@ -159,23 +175,34 @@
     if (typeof fn !== "function") throw new Error('failed to get entrypoint function "process"');
     entrypoint = fn;
   }
-  // items: JSON array of [position, operation, metadata, key, before, after]; returns JSON of
-  // [results, log lines], a result being null (filtered), {"e": message} (nack) or a record array.
-  function runBatch(items) {
-    const records = JSON.parse(items);
-    const results = new Array(records.length);
-    for (let i = 0; i < records.length; i++) {
-      const [position, operation, metadata, key, before, after] = records[i];
+  // batch: JSON of the input columns (position, operation, metadata as [name, value] pairs, key_json, key_raw, before_json,
+  // before_raw, after_json, after_raw; bytes as strings of one char per byte). Returns JSON of the
+  // output columns, plus `state`, `error` and the log lines.
+  const COLUMNS = ["state", "error", "position", "operation", "metadata", "key_json", "key_raw", "before_json",
+    "before_raw", "after_json", "after_raw"];
+  function runBatch(batch) {
+    const c = JSON.parse(batch);
+    const n = c.operation.length;
+    const out = {};
+    for (const name of COLUMNS) out[name] = new Array(n).fill(null);
+    for (let i = 0; i < n; i++) {
       try {
-        const record = new ConduitRecord(position === null ? null : latin1Bytes(position, Uint8Array),
-          operation, metadata, dataIn(key), dataIn(before), dataIn(after));
-        results[i] = result(entrypoint(record));
+        const record = new ConduitRecord(c.position[i] === null ? null : latin1Bytes(c.position[i], Uint8Array),
+          c.operation[i], Object.fromEntries(c.metadata[i] || []), dataIn(c.key_json[i], c.key_raw[i]),
+          dataIn(c.before_json[i], c.before_raw[i]), dataIn(c.after_json[i], c.after_raw[i]));
+        store(out, i, entrypoint(record));
       } catch (error) {
-        results[i] = { e: errorText(error) };
+        out.state[i] = 2;
+        out.error[i] = errorText(error);
       }
     }
-    const lines = logs.splice(0, logs.length);
-    return JSON.stringify([results, lines]);
+    out.logs = logs.splice(0, logs.length);
+    try {
+      return JSON.stringify(out);
+    } catch (error) {  // a log field JSON cannot hold (a BigInt, a cycle)
+      out.logs = [];
+      return JSON.stringify(out);
+    }
   }
 
   Object.assign(g, { logger, Record, RawData, StructuredData });

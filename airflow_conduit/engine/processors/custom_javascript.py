@@ -16,16 +16,26 @@ from pyspark.sql import DataFrame
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.engine.processors.custom_python import ArrowRecords, apply_builtin
-from airflow_conduit.javascript import Data, Outcome, encode, encode_value, runtime_for
-from airflow_conduit.record import DATA_FIELDS, STATE_FILTERED, STATE_NACKED
+from airflow_conduit.javascript import (
+    INPUT_COLUMNS,
+    STATE_FILTERED,
+    STATE_NACKED,
+    encode_value,
+    runtime_for,
+)
+from airflow_conduit.record import DATA_FIELDS
+from airflow_conduit.record import STATE_FILTERED as FILTERED
+from airflow_conduit.record import STATE_NACKED as NACKED
+
+# The columns a result row writes back (the record's; ``state`` and ``error`` decide).
+_OUTPUT = tuple(name for name in INPUT_COLUMNS if name != "metadata")
 
 
 def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
     return apply_builtin(records, proc, f"{__name__}:make")
 
 
-def _value(data: Data) -> Any:
-    text, raw = data
+def _value(text: str | None, raw: bytes | None) -> Any:
     return json.loads(text) if text is not None else raw
 
 
@@ -38,26 +48,26 @@ class JavascriptProcessor:
 
     def __call__(self, record: dict[str, Any]) -> dict[str, Any] | None:
         payload = record.get("payload") or {}
-        item = encode(
-            record.get("position"),
-            record.get("operation", "create"),
-            record.get("metadata"),
-            encode_value(record.get("key")),
-            encode_value(payload.get("before")),
-            encode_value(payload.get("after")),
-        )
-        [outcome] = self.runtime.run([item])
-        if outcome is None:
+        columns: dict[str, list[Any]] = {
+            "position": [record.get("position")],
+            "operation": [record.get("operation", "create")],
+            "metadata": [list((record.get("metadata") or {}).items())],
+        }
+        for name, value in (("key", record.get("key")), *payload.items()):
+            text, raw = encode_value(value)
+            columns[f"{name}_json"], columns[f"{name}_raw"] = [text], [raw]
+        out = {name: values[0] for name, values in self.runtime.run(columns).items()}
+        if out["state"] == STATE_FILTERED:
             return None
-        if isinstance(outcome, str):
-            raise RecordError(outcome)
-        position, operation, metadata, key, before, after = outcome
+        if out["state"] == STATE_NACKED:
+            raise RecordError(out["error"])
+        data = {name: _value(out[f"{name}_json"], out[f"{name}_raw"]) for name in DATA_FIELDS}
         return {
-            "position": position,
-            "operation": operation,
-            "metadata": metadata,
-            "key": _value(key),
-            "payload": {"before": _value(before), "after": _value(after)},
+            "position": out["position"],
+            "operation": out["operation"],
+            "metadata": out["metadata"],
+            "key": data["key"],
+            "payload": {"before": data["before"], "after": data["after"]},
         }
 
     def map_batch(self, batch: ArrowRecords, node_id: str) -> None:
@@ -65,32 +75,23 @@ class JavascriptProcessor:
         place (structured data stays JSON text: Python never parses it)."""
         c = batch.columns
         active = [i for i, on in enumerate(c["_active"]) if on]
-        items = [
-            encode(
-                c["position"][i],
-                c["operation"][i],
-                c["metadata"][i],
-                *((c[f"{name}_json"][i], c[f"{name}_raw"][i]) for name in DATA_FIELDS),
-            )
-            for i in active
-        ]
-        for i, outcome in zip(active, self.runtime.run(items), strict=True):
-            self._store(batch, i, outcome, node_id)
-
-    @staticmethod
-    def _store(batch: ArrowRecords, i: int, outcome: Outcome, node_id: str) -> None:
-        if outcome is None:
-            batch.mark(i, STATE_FILTERED, None, node_id)
-            return
-        if isinstance(outcome, str):
-            batch.mark(i, STATE_NACKED, outcome, node_id)
-            return
-        c = batch.columns
-        position, operation, metadata, *data = outcome
-        c["position"][i], c["operation"][i] = position, operation
-        c["metadata"][i] = list(metadata.items())
-        for name, (text, raw) in zip(DATA_FIELDS, data, strict=True):
-            c[f"{name}_json"][i], c[f"{name}_raw"][i] = text, raw
+        out = self.runtime.run({name: [c[name][i] for i in active] for name in INPUT_COLUMNS})
+        states, errors = out["state"], out["error"]
+        kept = []
+        for k, i in enumerate(active):
+            if states[k] == STATE_FILTERED:
+                batch.mark(i, FILTERED, None, node_id)
+            elif states[k] == STATE_NACKED:
+                batch.mark(i, NACKED, errors[k], node_id)  # the DLQ gets the record as it came
+            else:
+                kept.append((k, i))
+        for name in _OUTPUT:  # column by column: the fewest lookups per record
+            column, values = c[name], out[name]
+            for k, i in kept:
+                column[i] = values[k]
+        column, values = c["metadata"], out["metadata"]
+        for k, i in kept:
+            column[i] = list(values[k].items())
 
 
 def make(settings: dict[str, Any]) -> JavascriptProcessor:
