@@ -118,7 +118,7 @@ class Runtime:
     """One V8 context with the prelude and the user's script loaded, ``process`` found."""
 
     def __init__(self, source: str, timeout: float | None = None) -> None:
-        from py_mini_racer import JSEvalException, JSParseException, JSTimeoutException, MiniRacer
+        from py_mini_racer import JSEvalException, JSFunction, JSParseException, JSTimeoutException, MiniRacer
 
         self._context = MiniRacer()
         try:
@@ -146,7 +146,9 @@ class Runtime:
                 raise ScriptError(
                     'failed initializing JS function: failed to get entrypoint function "process"'
                 ) from None
-            self._run = self._context.eval("__conduitRunBatch")
+            run = self._context.eval("__conduitRunBatch")
+            assert isinstance(run, JSFunction)  # the prelude defines it
+            self._run = run
         except BaseException:
             self._context.close()
             raise
@@ -163,7 +165,7 @@ class Runtime:
             batch[name] = _latin1(columns[name])
         if not batch["operation"]:
             return {name: [] for name in ("state", "error", *INPUT_COLUMNS)}
-        out = _loads(self._run(_dumps(batch)))
+        out = _loads(str(self._run(_dumps(batch))))
         lines = out.pop("logs")
         if lines:
             _log(lines)
