@@ -38,6 +38,18 @@ INPUT_COLUMNS = (
 """The engine's record columns a batch carries into V8 (``*_json``: structured data as JSON text)."""
 STATE_RECORD, STATE_FILTERED, STATE_NACKED = 0, 1, 2
 """``state`` of a result row: the record (the other columns), filtered, nacked (``error``)."""
+CHANGED = {
+    "position": 1,
+    "operation": 2,
+    "metadata": 4,
+    "key_json": 8,
+    "key_raw": 8,
+    "before_json": 16,
+    "before_raw": 16,
+    "after_json": 32,
+    "after_raw": 32,
+}
+"""The bit of ``changed`` (prelude.js) that says a result row sets the column."""
 
 
 class ScriptError(ValueError):
@@ -156,7 +168,8 @@ class Runtime:
     def run(self, columns: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
         """Each record of the columns (:data:`INPUT_COLUMNS`; ``metadata`` as (name, value) pairs)
         through ``process``, in order, in one call into V8. Returns the output columns: ``state``,
-        ``error`` and the input's, bytes as bytes."""
+        ``error``, ``changed`` (:data:`CHANGED` bits: the columns the script touched) and the input's
+        (set where ``changed`` says), bytes as bytes."""
         batch = {
             name: list(columns[name])
             for name in ("operation", "metadata", "key_json", "before_json", "after_json")
@@ -164,7 +177,7 @@ class Runtime:
         for name in ("position", "key_raw", "before_raw", "after_raw"):
             batch[name] = _latin1(columns[name])
         if not batch["operation"]:
-            return {name: [] for name in ("state", "error", *INPUT_COLUMNS)}
+            return {name: [] for name in ("state", "changed", "error", *INPUT_COLUMNS)}
         out = _loads(str(self._run(_dumps(batch))))
         lines = out.pop("logs")
         if lines:

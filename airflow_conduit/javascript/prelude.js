@@ -38,18 +38,89 @@
     return {};
   }
 
+  // A record reads its fields from the batch's columns when the script first touches them, and only
+  // the fields touched are written back (`changed`, a bit per field): a script that changes
+  // .Payload.After costs no conversion of the key, position or metadata.
+  const POSITION = 1, OPERATION = 2, METADATA = 4, KEY = 8, BEFORE = 16, AFTER = 32, ALL = 63;
+  const LOAD = {
+    [POSITION]: (c, i) => (c.position[i] === null ? null : latin1Bytes(c.position[i], Uint8Array)),
+    [METADATA]: (c, i) => Object.fromEntries(c.metadata[i] || []),
+    [KEY]: (c, i) => dataIn(c.key_json[i], c.key_raw[i]),
+    [BEFORE]: (c, i) => dataIn(c.before_json[i], c.before_raw[i]),
+    [AFTER]: (c, i) => dataIn(c.after_json[i], c.after_raw[i]),
+  };
+  const EXPORT = Symbol("export"), GET = Symbol("get"), SET = Symbol("set");
   class ConduitRecord {
-    constructor(position, operation, metadata, key, before, after) {
-      this.Position = position;
-      this.Operation = operation;
-      this.Metadata = metadata;
-      this.Key = key;
-      this.Payload = { Before: before, After: after };
+    #columns; #index; #operation; #loaded; #values = {}; #payload = null;
+    constructor(columns, index) {
+      this.#columns = columns;
+      this.#index = index;
+      this.#operation = columns === null ? "" : columns.operation[index];
+      this.#loaded = columns === null ? ALL : 0;
+      if (columns === null) {
+        Object.assign(this.#values, { [POSITION]: null, [METADATA]: {}, [KEY]: null, [BEFORE]: null, [AFTER]: null });
+      }
+    }
+    [GET](field) {
+      if (!(this.#loaded & field)) {
+        this.#values[field] = LOAD[field](this.#columns, this.#index);
+        this.#loaded |= field;
+      }
+      return this.#values[field];
+    }
+    [SET](field, value) {
+      this.#values[field] = value;
+      this.#loaded |= field;
+    }
+    get Position() { return this[GET](POSITION); }
+    set Position(value) { this[SET](POSITION, value); }
+    get Operation() { return this.#operation; }
+    set Operation(value) { this.#operation = value; this.#loaded |= OPERATION; }
+    get Metadata() { return this[GET](METADATA); }
+    set Metadata(value) { this[SET](METADATA, value); }
+    get Key() { return this[GET](KEY); }
+    set Key(value) { this[SET](KEY, value); }
+    get Payload() { return this.#payload || (this.#payload = new ConduitPayload(this)); }
+    set Payload(value) {
+      const payload = value || {};
+      this[SET](BEFORE, payload.Before === undefined ? null : payload.Before);
+      this[SET](AFTER, payload.After === undefined ? null : payload.After);
+    }
+    toJSON() {
+      return { Position: this.Position, Operation: this.Operation, Metadata: this.Metadata, Key: this.Key,
+        Payload: this.Payload.toJSON() };
+    }
+    // The record into row i of the output columns; only what the script touched.
+    [EXPORT](out, i) {
+      const touched = this.#loaded;
+      if (touched & POSITION) out.position[i] = positionOut(this.#values[POSITION]);
+      if (touched & OPERATION) out.operation[i] = operationOut(this.#operation);
+      if (touched & METADATA) out.metadata[i] = metadataOut(this.#values[METADATA]);
+      if (touched & KEY) dataOut(this.#values[KEY], out.key_json, out.key_raw, i);
+      if (touched & BEFORE) dataOut(this.#values[BEFORE], out.before_json, out.before_raw, i);
+      if (touched & AFTER) dataOut(this.#values[AFTER], out.after_json, out.after_raw, i);
+      out.changed[i] = touched;
+    }
+  }
+  class ConduitPayload {
+    #record;
+    constructor(record) { this.#record = record; }
+    get Before() { return this.#record[GET](BEFORE); }
+    set Before(value) { this.#record[SET](BEFORE, value); }
+    get After() { return this.#record[GET](AFTER); }
+    set After(value) { this.#record[SET](AFTER, value); }
+    toJSON() { return { Before: this.Before, After: this.After }; }
+  }
+  // The fields enumerate as a Go struct's do (for...in, Object.keys of the prototype), the helpers not.
+  for (const [type, names] of [[ConduitRecord, ["Position", "Operation", "Metadata", "Key", "Payload"]],
+    [ConduitPayload, ["Before", "After"]]]) {
+    for (const name of names) {
+      Object.defineProperty(type.prototype, name, { ...Object.getOwnPropertyDescriptor(type.prototype, name), enumerable: true });
     }
   }
   // Record(): a new record, its metadata an empty map ("so that it's easier to write processor code").
   function Record() {
-    return new ConduitRecord(null, "", {}, null, null, null);
+    return new ConduitRecord(null, 0);
   }
   Record.prototype = ConduitRecord.prototype;
 
@@ -137,7 +208,6 @@
     }
     return metadata;
   }
-  const DATA = ["key", "before", "after"];
   // The script's result for record i, into the output columns: state 0 (a record), 1 (filtered, as
   // Conduit's nil) or 2 (nacked, the message in `error`).
   function store(out, i, value) {
@@ -149,16 +219,8 @@
       const type = Array.isArray(value) ? "array" : typeof value;
       throw new Error(`js function expected to return a record (the one it got or Record()), but returned: ${type}`);
     }
-    const payload = value.Payload || {};
-    const position = positionOut(value.Position);
-    const operation = operationOut(value.Operation);
-    const metadata = metadataOut(value.Metadata);
-    const data = [value.Key, payload.Before, payload.After];
-    for (let d = 0; d < 3; d++) dataOut(data[d], out[DATA[d] + "_json"], out[DATA[d] + "_raw"], i);
+    value[EXPORT](out, i);
     out.state[i] = 0;
-    out.position[i] = position;
-    out.operation[i] = operation;
-    out.metadata[i] = metadata;
   }
   // A thrown error as goja prints one: "Error: message at process (script.js:2:11)".
   function errorText(error) {
@@ -177,8 +239,8 @@
   }
   // batch: JSON of the input columns (position, operation, metadata as [name, value] pairs, key_json, key_raw, before_json,
   // before_raw, after_json, after_raw; bytes as strings of one char per byte). Returns JSON of the
-  // output columns, plus `state`, `error` and the log lines.
-  const COLUMNS = ["state", "error", "position", "operation", "metadata", "key_json", "key_raw", "before_json",
+  // output columns (only the fields `changed` names are set), plus `state`, `error` and the log lines.
+  const COLUMNS = ["state", "changed", "error", "position", "operation", "metadata", "key_json", "key_raw", "before_json",
     "before_raw", "after_json", "after_raw"];
   function runBatch(batch) {
     const c = JSON.parse(batch);
@@ -187,10 +249,7 @@
     for (const name of COLUMNS) out[name] = new Array(n).fill(null);
     for (let i = 0; i < n; i++) {
       try {
-        const record = new ConduitRecord(c.position[i] === null ? null : latin1Bytes(c.position[i], Uint8Array),
-          c.operation[i], Object.fromEntries(c.metadata[i] || []), dataIn(c.key_json[i], c.key_raw[i]),
-          dataIn(c.before_json[i], c.before_raw[i]), dataIn(c.after_json[i], c.after_raw[i]));
-        store(out, i, entrypoint(record));
+        store(out, i, entrypoint(new ConduitRecord(c, i)));
       } catch (error) {
         out.state[i] = 2;
         out.error[i] = errorText(error);

@@ -354,3 +354,40 @@ def test_check_script_stops_a_top_level_that_never_ends() -> None:
     problem = check_script("while (true) {}\nfunction process(r) { return r; }")
     assert problem is not None and "ran longer than" in str(problem)
     assert check_script("const process = (r) => r;") is None  # a top-level const counts too
+
+
+def test_fields_the_script_does_not_touch_are_kept_as_they_came() -> None:
+    """Only touched fields are converted back: an untouched structured key keeps its exact JSON text
+    (a number beyond 2^53 included), a touched one is JavaScript's rewrite."""
+    rows = [
+        {
+            "position": b"1",
+            "operation": "create",
+            "key_json": '{"id": 12345678901234567891}',
+            "after_json": '{"a": 1}',
+        }
+    ]
+    batch = ArrowRecords(arrow_batch(rows))
+    make({"source": "function process(r) { r.Payload.After.b = 2; return r; }"}).map_batch(batch, "p:js")
+    assert batch.columns["key_json"] == ['{"id": 12345678901234567891}']
+    assert batch.columns["after_json"] == ['{"a":1,"b":2}']
+    batch = ArrowRecords(arrow_batch(rows))
+    make({"source": "function process(r) { r.Key.seen = true; return r; }"}).map_batch(batch, "p:js")
+    assert batch.columns["key_json"] == ['{"id":12345678901234567000,"seen":true}']
+
+
+def test_the_record_enumerates_and_prints_like_conduits() -> None:
+    script = """function process(r) {
+        r.Metadata.keys = Object.keys(r).join() + "|" + [...(function* () { for (const k in r) yield k; })()].join();
+        r.Metadata.json = JSON.stringify(r);
+        r.Payload = {After: StructuredData()};
+        return r;
+    }"""
+    out = run(script, record(operation="update", metadata={"m": "1"}, key=b"k", payload={"after": {"x": 1}}))
+    assert out["metadata"]["keys"] == "|Position,Operation,Metadata,Key,Payload"
+    assert out["metadata"]["json"] == (
+        '{"Position":null,"Operation":"update","Metadata":{"m":"1","keys":"|Position,Operation,Metadata,Key,Payload"},'
+        '"Key":{"0":107},'
+        '"Payload":{"Before":null,"After":{"x":1}}}'
+    )
+    assert out["payload"] == {"before": None, "after": {}} and out["key"] == b"k"

@@ -17,6 +17,7 @@ from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.engine.processors.custom_python import ArrowRecords, apply_builtin
 from airflow_conduit.javascript import (
+    CHANGED,
     INPUT_COLUMNS,
     STATE_FILTERED,
     STATE_NACKED,
@@ -26,9 +27,6 @@ from airflow_conduit.javascript import (
 from airflow_conduit.record import DATA_FIELDS
 from airflow_conduit.record import STATE_FILTERED as FILTERED
 from airflow_conduit.record import STATE_NACKED as NACKED
-
-# The columns a result row writes back (the record's; ``state`` and ``error`` decide).
-_OUTPUT = tuple(name for name in INPUT_COLUMNS if name != "metadata")
 
 
 def apply(records: DataFrame, proc: ProcessorConfig) -> DataFrame:
@@ -61,6 +59,10 @@ class JavascriptProcessor:
             return None
         if out["state"] == STATE_NACKED:
             raise RecordError(out["error"])
+        for name, bit in CHANGED.items():  # what the script did not touch is as it came
+            if not out["changed"] & bit:
+                out[name] = columns[name][0]
+        out["metadata"] = dict(out["metadata"])
         data = {name: _value(out[f"{name}_json"], out[f"{name}_raw"]) for name in DATA_FIELDS}
         return {
             "position": out["position"],
@@ -76,7 +78,7 @@ class JavascriptProcessor:
         c = batch.columns
         active = [i for i, on in enumerate(c["_active"]) if on]
         out = self.runtime.run({name: [c[name][i] for i in active] for name in INPUT_COLUMNS})
-        states, errors = out["state"], out["error"]
+        states, errors, changed = out["state"], out["error"], out["changed"]
         kept = []
         for k, i in enumerate(active):
             if states[k] == STATE_FILTERED:
@@ -85,13 +87,16 @@ class JavascriptProcessor:
                 batch.mark(i, NACKED, errors[k], node_id)  # the DLQ gets the record as it came
             else:
                 kept.append((k, i))
-        for name in _OUTPUT:  # column by column: the fewest lookups per record
+        # Column by column (the fewest lookups per record), only where the script touched the field.
+        for name, bit in CHANGED.items():
             column, values = c[name], out[name]
             for k, i in kept:
-                column[i] = values[k]
-        column, values = c["metadata"], out["metadata"]
+                if changed[k] & bit:
+                    column[i] = values[k]
+        column = c["metadata"]
         for k, i in kept:
-            column[i] = list(values[k].items())
+            if changed[k] & CHANGED["metadata"]:
+                column[i] = list(column[i].items())
 
 
 def make(settings: dict[str, Any]) -> JavascriptProcessor:
