@@ -91,7 +91,12 @@
         Payload: this.Payload.toJSON() };
     }
     // The record into row i of the output columns; only what the script touched.
-    [EXPORT](out, i) {
+    [EXPORT](columns, out, i) {
+      if (this.#columns !== null && (this.#columns !== columns || this.#index !== i)) {
+        // Another row's record (kept from an earlier call): every field of it replaces this row's.
+        for (const field of [POSITION, METADATA, KEY, BEFORE, AFTER]) this[GET](field);
+        this.#loaded |= OPERATION;
+      }
       const touched = this.#loaded;
       if (touched & POSITION) out.position[i] = positionOut(this.#values[POSITION]);
       if (touched & OPERATION) out.operation[i] = operationOut(this.#operation);
@@ -210,7 +215,7 @@
   }
   // The script's result for record i, into the output columns: state 0 (a record), 1 (filtered, as
   // Conduit's nil) or 2 (nacked, the message in `error`).
-  function store(out, i, value) {
+  function store(columns, out, i, value) {
     if (value === null || value === undefined) {
       out.state[i] = 1;
       return;
@@ -219,7 +224,7 @@
       const type = Array.isArray(value) ? "array" : typeof value;
       throw new Error(`js function expected to return a record (the one it got or Record()), but returned: ${type}`);
     }
-    value[EXPORT](out, i);
+    value[EXPORT](columns, out, i);
     out.state[i] = 0;
   }
   // A thrown error as goja prints one: "Error: message at process (script.js:2:11)".
@@ -249,7 +254,7 @@
     for (const name of COLUMNS) out[name] = new Array(n).fill(null);
     for (let i = 0; i < n; i++) {
       try {
-        store(out, i, entrypoint(new ConduitRecord(c, i)));
+        store(c, out, i, entrypoint(new ConduitRecord(c, i)));
       } catch (error) {
         out.state[i] = 2;
         out.error[i] = errorText(error);

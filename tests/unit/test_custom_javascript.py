@@ -391,3 +391,20 @@ def test_the_record_enumerates_and_prints_like_conduits() -> None:
         '"Payload":{"Before":null,"After":{"x":1}}}'
     )
     assert out["payload"] == {"before": None, "after": {}} and out["key"] == b"k"
+
+
+def test_a_record_kept_from_an_earlier_row_is_returned_whole() -> None:
+    script = "var first = null; function process(r) { if (first === null) { first = r; } return first; }"
+    rows = [
+        {"position": b"1", "operation": "create", "key_raw": b"k1", "after_json": '{"n":1}'},
+        {"position": b"2", "operation": "update", "key_raw": b"k2", "after_json": '{"n":2}'},
+    ]
+    batch = ArrowRecords(arrow_batch(rows))
+    make({"source": script}).map_batch(batch, "p:js")
+    c = batch.columns
+    assert (c["position"], c["operation"], c["key_raw"]) == (
+        [b"1", b"1"],
+        ["create", "create"],
+        [b"k1", b"k1"],
+    )
+    assert c["after_json"] == ['{"n":1}', '{"n":1}']

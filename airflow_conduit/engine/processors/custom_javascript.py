@@ -51,7 +51,8 @@ class JavascriptProcessor:
             "operation": [record.get("operation", "create")],
             "metadata": [list((record.get("metadata") or {}).items())],
         }
-        for name, value in (("key", record.get("key")), *payload.items()):
+        data_in = {"key": record.get("key"), "before": payload.get("before"), "after": payload.get("after")}
+        for name, value in data_in.items():
             text, raw = encode_value(value)
             columns[f"{name}_json"], columns[f"{name}_raw"] = [text], [raw]
         out = {name: values[0] for name, values in self.runtime.run(columns).items()}
@@ -90,13 +91,11 @@ class JavascriptProcessor:
         # Column by column (the fewest lookups per record), only where the script touched the field.
         for name, bit in CHANGED.items():
             column, values = c[name], out[name]
+            if name == "metadata":  # an Arrow map takes (name, value) pairs
+                values = [None if m is None else list(m.items()) for m in values]
             for k, i in kept:
                 if changed[k] & bit:
                     column[i] = values[k]
-        column = c["metadata"]
-        for k, i in kept:
-            if changed[k] & CHANGED["metadata"]:
-                column[i] = list(column[i].items())
 
 
 def make(settings: dict[str, Any]) -> JavascriptProcessor:
