@@ -260,7 +260,10 @@ class _Validator:
         for key, message in problems:
             if lines.get(key) == -1:
                 continue
-            self.issue(_join(settings_path, key), lines.get(key, settings_line), message)
+            # A problem of the settings as a whole (one of two keys needed) has no key of its own.
+            self.issue(
+                _join(settings_path, key) if key else settings_path, lines.get(key, settings_line), message
+            )
         return validated
 
     # ---- the model ----

@@ -6,7 +6,7 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 
 from __future__ import annotations
 
-from .settings import fanout, file, generator, log, postgres, processors, python, webhook
+from .settings import fanout, file, generator, javascript, log, postgres, processors, python, webhook
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -34,6 +34,7 @@ BUILTIN: tuple[PluginSpec, ...] = (
     fanout.CLONE,
     fanout.SPLIT,
     python.PROCESSOR,
+    javascript.PROCESSOR,
 )
 
 

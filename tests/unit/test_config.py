@@ -305,10 +305,10 @@ def test_unknown_plugin_lists_known_plugins() -> None:
 
 
 def test_unknown_processor_plugin() -> None:
-    text = pipeline(processors="      - id: js\n        plugin: custom.javascript\n")
+    text = pipeline(processors="      - id: js\n        plugin: custom.lua\n")
     found = issue_at(issues(text), "pipelines[0].processors[0].plugin")
-    assert found.line == line_of(text, "custom.javascript")
-    assert "unknown plugin 'custom.javascript'" in found.message and "field.set" in found.message
+    assert found.line == line_of(text, "custom.lua")
+    assert "unknown plugin 'custom.lua'" in found.message and "field.set" in found.message
 
 
 def test_bad_connector_type() -> None:

@@ -178,8 +178,15 @@ def make_mapper(
         elif _takes_context(function):
             user_function, batch_context = function, dict(context or {})
             function = lambda record: user_function(record, batch_context)  # noqa: E731
+        # A builtin may map a whole Arrow batch in one call (custom.javascript: a call into V8 per
+        # record would cost more than the record's work).
+        map_batch = getattr(function, "map_batch", None) if settings is not None else None
         for arrow_batch in batches:
             batch = ArrowRecords(arrow_batch)
+            if map_batch is not None:
+                map_batch(batch, node_id)
+                yield pa.RecordBatch.from_pydict(batch.columns, schema=arrow_batch.schema)
+                continue
             for i, active in enumerate(batch.columns["_active"]):
                 if not active:
                     continue
