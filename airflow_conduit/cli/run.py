@@ -94,6 +94,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         selected = [p for p in pipeline_file.pipelines if p.status == "running"]
         if not selected:
             return fail(f"{args.file}: no pipeline has status running; name one with --pipeline")
+    problems = [problem for p in selected if (problem := p.cannot_run())]
+    if problems:
+        return fail("\n".join(f"{args.file}: {problem}" for problem in problems))
     setup_logging()
     request = RunRequest(
         pipelines=tuple(selected),

@@ -352,10 +352,13 @@ class _Validator:
         if not bad_type:
             # With a mistyped connector type the user already has an issue that explains this one.
             where, where_line = _join(path, "connectors"), node.line_of("connectors")
-            if not any(c.type == "source" for c in connectors):
-                self.issue(where, where_line, f"pipeline {pipeline_id!r} has no source connector")
-            if not any(c.type == "destination" for c in connectors):
-                self.issue(where, where_line, f"pipeline {pipeline_id!r} has no destination connector")
+            # Conduit accepts such a file and fails when it starts the pipeline: a warning here, and
+            # `run` refuses the pipeline (PipelineConfig.cannot_run).
+            for kind in ("source", "destination"):
+                if not any(c.type == kind for c in connectors):
+                    self.warn(
+                        where, where_line, f"pipeline {pipeline_id!r} has no {kind} connector: it cannot run"
+                    )
         return PipelineConfig(
             id=pipeline_id,
             status=status,

@@ -118,6 +118,15 @@ class PipelineConfig:
     def destinations(self) -> tuple[ConnectorConfig, ...]:
         return tuple(c for c in self.connectors if c.type == "destination")
 
+    def cannot_run(self) -> str | None:
+        """Why the pipeline cannot start (Conduit provisions it, then fails to start it), if it cannot."""
+        missing = [
+            kind for kind in ("source", "destination") if not any(c.type == kind for c in self.connectors)
+        ]
+        if missing:
+            return f"pipeline {self.id!r} has no {' and no '.join(missing)} connector; add one to run it"
+        return None
+
     def all_processors(self) -> tuple[ProcessorConfig, ...]:
         """The pipeline's processors and every connector's."""
         return self.processors + tuple(p for c in self.connectors for p in c.processors)

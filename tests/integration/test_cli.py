@@ -127,6 +127,21 @@ def test_run_with_a_bad_file_exits_2(tmp_path):
     assert cli("run").returncode == 2  # usage
 
 
+def test_a_pipeline_without_destination_validates_with_a_warning_and_run_refuses_it(tmp_path):
+    # As Conduit: its validator passes the file, and the pipeline fails when it starts.
+    source_only = tmp_path / "source-only.yaml"
+    source_only.write_text(
+        "version: '2.2'\npipelines:\n  - id: lonely\n    connectors:\n"
+        "      - {id: gen, type: source, plugin: builtin:generator}\n"
+    )
+    validated = cli("validate", str(source_only))
+    assert validated.returncode == 0 and "has no destination connector: it cannot run" in validated.stderr
+    ran = cli("run", str(source_only), "--until-idle", "--state-dir", str(tmp_path / "s"))
+    assert ran.returncode == 2
+    assert "pipeline 'lonely' has no destination connector; add one to run it" in ran.stderr
+    assert not (tmp_path / "s").exists()  # refused before anything started
+
+
 def test_run_until_idle_prints_the_exit_payload_last(pipeline_file, tmp_path):
     state = tmp_path / "state"
     result = cli(

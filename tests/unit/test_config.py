@@ -359,18 +359,25 @@ def test_duplicate_pipeline_ids() -> None:
     assert "duplicate pipeline id 'orders'" in found.message
 
 
-def test_no_source() -> None:
-    text = pipeline(connectors="      - {id: dst, type: destination, plugin: builtin:log}\n")
-    found = issue_at(issues(text), "pipelines[0].connectors")
-    assert found.line == line_of(text, "connectors:")
-    assert found.message == "pipeline 'p' has no source connector"
-
-
-def test_no_destination() -> None:
-    text = pipeline(connectors="      - {id: src, type: source, plugin: builtin:generator}\n")
-    found = issue_at(issues(text), "pipelines[0].connectors")
-    assert found.line == line_of(text, "connectors:")
-    assert found.message == "pipeline 'p' has no destination connector"
+@pytest.mark.parametrize(
+    ("connector", "missing"),
+    [
+        ("{id: dst, type: destination, plugin: builtin:log}", "source"),
+        ("{id: src, type: source, plugin: builtin:generator}", "destination"),
+    ],
+)
+def test_a_pipeline_without_a_source_or_destination_loads_with_a_warning_but_cannot_run(
+    connector: str, missing: str
+) -> None:
+    # Conduit provisions such a pipeline and fails when it starts it.
+    text = pipeline(connectors=f"      - {connector}\n")
+    [warning] = warnings_of(text)
+    assert warning.field_path == "pipelines[0].connectors"
+    assert warning.line == line_of(text, "connectors:")
+    assert warning.message == f"pipeline 'p' has no {missing} connector: it cannot run"
+    assert (
+        load(text).pipelines[0].cannot_run() == f"pipeline 'p' has no {missing} connector; add one to run it"
+    )
 
 
 def test_dlq_window_size_must_exceed_threshold() -> None:
