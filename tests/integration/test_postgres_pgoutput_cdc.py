@@ -199,7 +199,7 @@ def test_a_run_killed_mid_stream_resumes_from_the_committed_position(pg, tmp_pat
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
-    assert killed, f"the run ended before it was killed; see {log}"
+    assert killed, f"the run ended (exit {process.returncode}) before it was killed: {log.read_text()[-4000:]}"
     partial = len(read_jsonl(out))
     assert 0 < partial < inserts + updates
 
