@@ -39,7 +39,7 @@ def corpus_env(path: Path, tmp: Path) -> dict[str, str]:
 
 
 def test_the_corpus_is_not_empty():
-    assert len(FILES) >= 3
+    assert len(FILES) >= 20
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
