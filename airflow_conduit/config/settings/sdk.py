@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ..spec import PluginSettings
 from ._duration import go_duration
@@ -24,6 +24,12 @@ from ._duration import go_duration
 DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
 
 _NO_REGISTRY = "there is no schema registry here (no schema is extracted or registered)"
+# Schema settings that only name things in a schema registry: their defaults are all that can hold here.
+_REGISTRY_DEFAULTS = {
+    "sdk_schema_extract_payload_subject": "payload",
+    "sdk_schema_extract_key_subject": "key",
+    "sdk_schema_context_name": "",
+}
 
 
 def _duration(value: Any) -> float:
@@ -73,27 +79,14 @@ class SourceSdkSettings(PluginSettings):
             "`rate`) or a destination's sdk.rate.perSecond"
         )
 
-    @field_validator("sdk_schema_extract_payload_subject")
+    @field_validator(
+        "sdk_schema_extract_payload_subject", "sdk_schema_extract_key_subject", "sdk_schema_context_name"
+    )
     @classmethod
-    def _payload_subject(cls, value: str) -> str:
-        if value != "payload":
-            raise ValueError(f"not supported: only its default 'payload' is accepted; {_NO_REGISTRY}")
-        return value
-
-    @field_validator("sdk_schema_extract_key_subject")
-    @classmethod
-    def _key_subject(cls, value: str) -> str:
-        if value != "key":
-            raise ValueError(f"not supported: only its default 'key' is accepted; {_NO_REGISTRY}")
-        return value
-
-    @field_validator("sdk_schema_context_name")
-    @classmethod
-    def _context_name(cls, value: str) -> str:
-        if value:
-            raise ValueError(
-                f"not supported: only its default '' (the connector id) is accepted; {_NO_REGISTRY}"
-            )
+    def _registry_defaults(cls, value: str, info: ValidationInfo) -> str:
+        default = _REGISTRY_DEFAULTS[str(info.field_name)]
+        if value != default:
+            raise ValueError(f"not supported: only its default {default!r} is accepted; {_NO_REGISTRY}")
         return value
 
     @model_validator(mode="after")

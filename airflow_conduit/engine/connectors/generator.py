@@ -131,32 +131,14 @@ class GeneratorSpec:
         has_before, has_after = operation in ("update", "delete"), operation != "delete"
         if kind == "file":  # Conduit: the file's bytes, raw, as the before and/or after the operation implies
             data = self._files[c]
-            return (
-                ident,
-                operation,
-                metadata,
-                None,
-                ident,
-                None,
-                data if has_before else None,
-                None,
-                data if has_after else None,
-            )
-        before = json.dumps(self.payload(i, fields, salt=1)) if has_before else None
-        after = json.dumps(self.payload(i, fields)) if has_after else None
-        if kind == "structured":
-            return (ident, operation, metadata, None, ident, before, None, after, None)
-        return (
-            ident,
-            operation,
-            metadata,
-            None,
-            ident,
-            None,
-            before.encode() if before else None,
-            None,
-            after.encode() if after else None,
-        )
+            raw_before, raw_after = (data if has_before else None), (data if has_after else None)
+        else:
+            before = json.dumps(self.payload(i, fields, salt=1)) if has_before else None
+            after = json.dumps(self.payload(i, fields)) if has_after else None
+            if kind == "structured":
+                return (ident, operation, metadata, None, ident, before, None, after, None)
+            raw_before, raw_after = (before.encode() if before else None), (after.encode() if after else None)
+        return (ident, operation, metadata, None, ident, None, raw_before, None, raw_after)
 
 
 @dataclass(frozen=True)
