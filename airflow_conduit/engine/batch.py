@@ -56,8 +56,13 @@ STATES = (STATE_OPEN, STATE_FILTERED, STATE_NACKED, STATE_TRANSIENT, STATE_FATAL
 
 
 def state_counts() -> list[Column]:
-    """``total``: the source records (a record split in pieces counts once); by state: the rows."""
-    counts = [F.count(F.when(F.expr(HEAD_PIECE_SQL), 1)).alias("total")]
+    """``total`` and ``filtered_records``: source records (a record split in pieces counts once, by its
+    first piece); by state: the rows (a stop or nack of any piece counts)."""
+    head = F.expr(HEAD_PIECE_SQL)
+    counts = [
+        F.count(F.when(head, 1)).alias("total"),
+        F.count(F.when(head & (F.col("_state") == STATE_FILTERED), 1)).alias("filtered_records"),
+    ]
     return counts + [F.count(F.when(F.col("_state") == s, 1)).alias(s) for s in STATES]
 
 
@@ -632,10 +637,11 @@ class BatchProcessor:
         counters.batches += 1
         counters.read += total
         counters.acked += total - nack_count
-        counters.filtered += states[STATE_FILTERED]
+        counters.filtered += states["filtered_records"]
         counters.nacked += nack_count
         counters.dlq += nack_count
         for name, count in written.items():
             key = f"{self.pipeline.id}:{name}"
             counters.written[key] = counters.written.get(key, 0) + count
-        return BatchResult(batch_id, total, total - nack_count, states[STATE_FILTERED], nack_count, written)
+        filtered = states["filtered_records"]
+        return BatchResult(batch_id, total, total - nack_count, filtered, nack_count, written)

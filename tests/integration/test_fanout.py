@@ -117,6 +117,8 @@ def stamp(record):
     assert nacked["metadata"]["conduit.dlq.nack.error"] == "refused Eve"
     records = payload["records"]
     assert (records["read"], records["acked"], records["nacked"], records["dlq"]) == (5, 4, 1, 1)
+    # Batch 1 (no users) was filtered in both clones: one source record filtered, not two.
+    assert records["filtered"] == 1
     assert records["written"] == {"fan:out": len(expected)}
 
 
