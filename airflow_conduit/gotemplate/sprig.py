@@ -18,9 +18,8 @@ import uuid
 from typing import Any
 
 from .gojson import go_json
-from .gotime import GoTime
 from .sprig_dates import READS_CLOCK, SPRIG_DATES
-from .values import NO_VALUE, TemplateExecError, go_type, to_text, truth
+from .values import TemplateExecError, go_type, to_text, truth
 
 
 def _int(value: Any) -> int:
@@ -50,24 +49,6 @@ def _default(fallback: Any, *given: Any) -> Any:
 
 def _coalesce(*values: Any) -> Any:
     return next((v for v in values if truth(v)), None)
-
-
-def _json(value: Any) -> Any:
-    if value is NO_VALUE:
-        return None
-    if isinstance(value, GoTime):
-        return value.json()  # time.Time's MarshalJSON: RFC 3339 with nanoseconds
-    if hasattr(value, "json_value"):  # a record: its OpenCDC JSON, as its MarshalJSON gives it
-        return _json(value.json_value())
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()  # encoding/json writes []byte as base64
-    if isinstance(value, dict):
-        return {str(k): _json(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e21:
-        return int(value)  # encoding/json writes the float64 2 as 2
-    return value
 
 
 def _to_json(value: Any) -> str:
@@ -205,7 +186,10 @@ SPRIG: dict[str, Any] = {
     "float64": _float,
     "toJson": _to_json,
     "toRawJson": lambda value: go_json(value, escape_html=False),
-    "toPrettyJson": lambda v: json.dumps(_json(v), indent=2, sort_keys=True, ensure_ascii=False),
+    # Go's encoding rules once (gojson), then laid out with sorted keys and no HTML escapes.
+    "toPrettyJson": lambda v: json.dumps(
+        json.loads(go_json(v)), indent=2, sort_keys=True, ensure_ascii=False
+    ),
     "fromJson": lambda s: json.loads(to_text(s)) if to_text(s).strip() else {},
     "b64enc": lambda s: base64.b64encode(s if isinstance(s, bytes) else to_text(s).encode()).decode(),
     "b64dec": lambda s: _b64dec(to_text(s)),
