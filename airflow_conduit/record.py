@@ -119,6 +119,12 @@ def variant_json_sql(column: str) -> str:
     return f"CASE WHEN {as_object} IS NOT NULL THEN to_json({as_object}) ELSE to_json({column}) END"
 
 
+def record_text_sql() -> list[str]:
+    """The record's columns as Python per-record code reads them (``selectExpr``): each data field's
+    ``VARIANT`` as ``<field>_json`` text (:func:`variant_json_sql`), the other columns as they are."""
+    return [f"{variant_json_sql(c)} AS {c}_json" if c in DATA_FIELDS else c for c in RECORD_COLUMNS]
+
+
 def opencdc_json_steps() -> tuple[list[str], str]:
     """The record as one line of OpenCDC JSON (nulls kept, so ``before: null`` is explicit), as two
     projections: ``records.selectExpr(*first).selectExpr(f"{second} AS value")``.

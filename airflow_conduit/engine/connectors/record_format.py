@@ -28,12 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_conduit.gotemplate import Template, TemplateExecError
 from airflow_conduit.gotemplate.gojson import Fields, go_json
 from airflow_conduit.gotemplate.opencdc import from_record_dict
-from airflow_conduit.record import DATA_FIELDS, RECORD_COLUMNS, opencdc_json_steps, variant_json_sql
+from airflow_conduit.record import opencdc_json_steps, record_text_sql
 
 if TYPE_CHECKING:  # the file source's workers import this module: it stays light (no pydantic)
     from airflow_conduit.config.settings.record_format import RecordFormat
@@ -50,11 +49,7 @@ def record_lines(records: DataFrame, record_format: RecordFormat | None = None) 
     if record_format is None or record_format.is_default:
         first, second = opencdc_json_steps()
         return records.selectExpr(*first).selectExpr(f"{second} AS value")
-    as_text = [
-        F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
-        for column in RECORD_COLUMNS
-    ]
-    return records.select(*as_text).mapInArrow(_mapper(record_format), "value string")
+    return records.selectExpr(*record_text_sql()).mapInArrow(_mapper(record_format), "value string")
 
 
 def _mapper(record_format: RecordFormat) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

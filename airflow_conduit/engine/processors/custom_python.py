@@ -35,7 +35,7 @@ from airflow_conduit.record import (
     SOURCE_SCHEMA,
     STATE_FILTERED,
     STATE_NACKED,
-    variant_json_sql,
+    record_text_sql,
 )
 
 # Structured values cross to Python as JSON text, as sources yield them.
@@ -243,11 +243,7 @@ def map_records(
     """Run ``mapper`` on the records as Arrow batches (data fields as JSON text, ``_active`` where the
     processor acts). ``extra``: columns (name -> Spark type) the mapper adds, kept in the result."""
     extra = extra or {}
-    as_text = [
-        F.expr(variant_json_sql(column)).alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
-        for column in RECORD_COLUMNS
-    ]
-    prepared = records.select(*as_text, *INTERNAL_COLUMNS, F.expr(active_sql(proc)).alias("_active"))
+    prepared = records.selectExpr(*record_text_sql(), *INTERNAL_COLUMNS, f"{active_sql(proc)} AS _active")
     mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items()))
     restored = [
         F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
