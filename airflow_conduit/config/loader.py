@@ -583,8 +583,11 @@ def _normalise_plugin(name: str, kinds: tuple[PluginKind, ...]) -> str:
     without one) and without the version (see :meth:`_Validator.plugin_version`)."""
     name = name.strip().partition("@")[0]
     known = plugin_names(*kinds)
-    if name and ":" not in name and f"builtin:{name}" in known:
-        return f"builtin:{name}"
+    if name and ":" not in name:
+        # Conduit resolves a bare connector name to the builtin first, then to a standalone connector.
+        for prefix in ("builtin:", "standalone:"):
+            if f"{prefix}{name}" in known:
+                return f"{prefix}{name}"
     if name.startswith("builtin:") and name not in known and name.removeprefix("builtin:") in known:
         return name.removeprefix("builtin:")
     return name
