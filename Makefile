@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint docs bench bench-postgres clean
+.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint docs bench bench-postgres bench-brokers clean
 
 venv: $(STAMP)
 
@@ -77,6 +77,11 @@ bench: $(STAMP)
 
 # PostgreSQL, each on its own throwaway cluster: the destination against Spark JDBC, then the CDC source's
 # throughput and end-to-end latency (about 2-3 minutes here).
+# The broker and object-store connectors (S3 on moto, NATS JetStream, Redis Streams, RabbitMQ), each on a
+# throwaway loopback server, beside the broker's own client (about 3-5 minutes here).
+bench-brokers: $(STAMP)
+	$(VENV)/bin/python benchmarks/brokers.py
+
 bench-postgres: $(STAMP)
 	$(VENV)/bin/python benchmarks/postgres.py
 	$(VENV)/bin/python benchmarks/postgres_cdc.py
