@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
 from airflow_conduit import dlq_batches, dlq_tools
 from airflow_conduit.assets import dlq_asset
@@ -176,7 +176,8 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         self._reattached = False
         if emit_dlq_asset:
             asset = dlq_asset(pipeline_id)
-            if asset not in self.outlets:
+            # By URI: a watched DLQ asset (dlq_asset(..., watch=True)) is this one with a watcher.
+            if not any(_is_asset(o, asset) for o in self.outlets):
                 self.outlets = [*self.outlets, asset]
 
     # ---------------------------------------------------------------------------------------------
@@ -459,7 +460,7 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         """Whether a live watcher announces this DLQ: the outlet carries one (``dlq_asset(..., watch=True)``),
         or a watcher declared elsewhere looked at the state dir within the last minute."""
         asset = dlq_asset(self.pipeline_id)
-        in_outlets = any(getattr(o, "watchers", None) for o in self.outlets if o == asset)
+        in_outlets = any(getattr(o, "watchers", None) for o in self.outlets if _is_asset(o, asset))
         return in_outlets or dlq_batches.watched(self._state)
 
     def _publish_dlq(self, context: Context) -> dict[str, Any]:
@@ -486,14 +487,15 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             if summary["records"] == 0 or watched:
                 # No event for a run that put nothing into the DLQ (a DAG scheduled on it would run for
                 # nothing), nor for one whose writes the watcher announces.
-                self.outlets = [o for o in self.outlets if o != asset]
+                self.outlets = [o for o in self.outlets if not _is_asset(o, asset)]
                 if watched:
                     extra["announced_by"] = "watcher"
                 return extra
             dag_run = context.get("dag_run")
             if dag_run is not None:
                 extra["dag_run_id"] = getattr(dag_run, "run_id", None)
-            context["outlet_events"][asset].extra = extra
+            outlet = next((o for o in self.outlets if _is_asset(o, asset)), asset)
+            context["outlet_events"][outlet].extra = extra
             ledger.update({name: end for name, (_, end) in ranges.items()})
         self.log.warning(
             "Pipeline %s put %d record(s) into its DLQ (%s): error codes %s; asset event on %s",
@@ -504,6 +506,10 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             asset.uri,
         )
         return extra
+
+
+def _is_asset(outlet: Any, asset: Asset) -> bool:
+    return isinstance(outlet, Asset) and outlet.uri == asset.uri
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:
