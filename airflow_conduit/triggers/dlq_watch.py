@@ -44,19 +44,23 @@ class DLQWriteProducer(SharedStreamProducer):
         self._offered: dict[str, DLQWrite] = {}
         """Writes yielded and not yet advanced: never offered twice by one poll."""
 
-    def _pending(self) -> list[DLQWrite]:
+    def _pending(self, offered: dict[str, int]) -> list[DLQWrite]:
+        """The committed writes beyond the ledger and beyond ``offered`` (a snapshot of :attr:`_offered`
+        taken on the event loop: this runs in a thread)."""
         if self.state.root.is_dir():
             dlq_batches.note_watching(self.state)
         ledger = dlq_batches.read_announced(self.state)
-        for write in self._offered.values():
-            for name, (_, end) in write.files.items():
-                ledger[name] = max(ledger.get(name, 0), end)
+        for name, end in offered.items():
+            ledger[name] = max(ledger.get(name, 0), end)
         return dlq_batches.committed_writes(self.state.dlq_dir, ledger)
+
+    def _offered_ends(self) -> dict[str, int]:
+        return {name: end for write in self._offered.values() for name, (_, end) in write.files.items()}
 
     async def open_stream(self) -> AsyncIterator[tuple[dict[str, Any], DLQWrite]]:
         while True:
             # Small reads of local files, but the triggerer's loop serves every trigger: not on it.
-            for write in await asyncio.to_thread(self._pending):
+            for write in await asyncio.to_thread(self._pending, self._offered_ends()):
                 extra = await asyncio.to_thread(
                     dlq_batches.describe, self.state.pipeline_id, self.state.dlq_dir, write
                 )
@@ -67,11 +71,12 @@ class DLQWriteProducer(SharedStreamProducer):
     async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         for item in batch:
             write: DLQWrite = item.broker_payload
-            self._offered.pop(write.prefix, None)
             if item.outcome.is_clean:
                 await asyncio.to_thread(dlq_batches.mark_announced, self.state, write.files)
-            # Not clean (never confirmed persisted, or no subscriber): left out of the ledger and out of
-            # ``_offered``, so the next poll offers it again.
+            # Only now out of ``_offered``: a poll between the two sees it in one or the other, never in
+            # neither (which would offer it again). Not clean (never confirmed stored, or no subscriber):
+            # not in the ledger, so the next poll offers it again.
+            self._offered.pop(write.prefix, None)
 
     def get_advance_lane(self, broker_payload: Any) -> Hashable:
         return None
