@@ -324,10 +324,24 @@ def test_the_operator_leaves_announcing_to_a_watcher(state: PipelineState) -> No
     assert extra["announced_by"] == "watcher" and not events
     assert dlq_batches.read_announced(state) == {}
 
-    # Without a watcher the task announces everything in one event, and a second run nothing more.
+    # A watcher announced the first write (Airflow stored its event), then went away.
+    async def watcher_announces_first_write() -> DLQWrite:
+        producer = DLQWriteProducer(PIPELINE_ID, str(state.state_dir), 0.2)
+        stream = Stream(producer.open_stream())
+        _, first = await stream.next()
+        await producer.advance([clean(first)])
+        await stream.close()
+        return first
+
+    first = asyncio.run(watcher_announces_first_write())
+    (state.root / dlq_batches.WATCH_FILE).unlink()
+    first_records = len(dlq_tools.read_dlq(state.dlq_dir, ranges=first.files))
+
+    # Without a watcher the task announces the rest in one event, and a second run nothing more.
     plain = operator()
     extra, events = publish(plain)
-    assert extra["records"] == len(dlq_tools.read_dlq(state.dlq_dir)) and len(events) == 1
+    assert extra["records"] == len(dlq_tools.read_dlq(state.dlq_dir)) - first_records and len(events) == 1
+    assert not set(extra["files"]) & set(first.files)
     assert dlq_batches.read_announced(state) == dlq_tools.snapshot(state.dlq_dir)
     extra, events = publish(operator())
     assert extra["records"] == 0 and not events

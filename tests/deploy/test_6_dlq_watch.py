@@ -113,6 +113,7 @@ def test_dlq_writes_announced_live_once_each_across_a_triggerer_restart(deploy: 
         )
         assert engine.poll() is None, tail(log)
         before_restart = len(store_writes(state))
+        announced_before_restart = len(announced(deploy))
         restart_service(deploy, "triggerer")
         wait_until(
             "three more DLQ writes after the triggerer restart",
@@ -156,11 +157,13 @@ def test_dlq_writes_announced_live_once_each_across_a_triggerer_restart(deploy: 
         assert payload["error_codes"] == ["n is a multiple of 3"]
     assert sum(p["records"] for p in payloads) == len(dlq_tools.read_dlq(state.dlq_dir))
 
+    assert 0 < announced_before_restart < len(payloads)
     first_start = min(utc(run.get("start_date") or run.get("queued_at")) or stopped_at for run in first_runs)
     assert first_start < stopped_at, (
         f"first consumer run started {first_start}, pipeline stopped {stopped_at}"
     )
     print(
-        f"\nDLQ writes {len(writes)}, asset events {len(payloads)}, consumer runs {len(consumer_runs(deploy))}; "
+        f"\nDLQ writes {len(writes)}, asset events {len(payloads)} ({announced_before_restart} before the "
+        f"triggerer restart), consumer runs {len(consumer_runs(deploy))}; "
         f"first run started {(stopped_at - first_start).total_seconds():.0f}s before the pipeline stopped"
     )
