@@ -695,16 +695,21 @@ def process_tree(pid: int) -> str:
 SERVICE_ARGS = {"scheduler": ["scheduler"], "dag-processor": ["dag-processor"], "triggerer": ["triggerer"]}
 
 
-def restart_service(deploy: Deployment, name: str) -> None:
-    """Stop service ``name`` as teardown does (SIGTERM to its group, then SIGKILL), start it again with the
-    same command and environment, its output appended to the same log, and wait until the API server
-    reports it healthy again. The :class:`Service` object is updated in place, so teardown stops the
-    new process."""
+def restart_service(deploy: Deployment, name: str, *, kill: bool = False) -> None:
+    """Stop service ``name`` as teardown does (SIGTERM to its group, then SIGKILL), or with ``kill`` at
+    once with SIGKILL (a crash: nothing gets to finish), start it again with the same command and
+    environment, its output appended to the same log, and wait until the API server reports it healthy
+    again. The :class:`Service` object is updated in place, so teardown stops the new process."""
     service = deploy.services[name]
-    _stop(service)
+    if kill:
+        with suppress(ProcessLookupError):
+            os.killpg(service.process.pid, signal.SIGKILL)
+        service.process.wait(timeout=30)
+    _stop(service)  # also reaps what a SIGKILL left of the group
     stopped_at = datetime.now(UTC)
     with service.log.open("ab") as out:
-        out.write(f"\n===== restarted by the test at {datetime.now(UTC).isoformat()}\n".encode())
+        how = "SIGKILL" if kill else "SIGTERM"
+        out.write(f"\n===== restarted by the test ({how}) at {datetime.now(UTC).isoformat()}\n".encode())
         service.process = subprocess.Popen(
             [AIRFLOW, *SERVICE_ARGS[name]],
             stdout=out,
