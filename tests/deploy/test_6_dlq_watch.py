@@ -3,7 +3,8 @@
 A continuous pipeline started from the command line (no Airflow task runs it) nacks records at a steady
 rate into its DLQ. ``deploy_dlq_watch`` is scheduled on its watched DLQ asset
 (``dlq_asset(..., watch=True)``): the triggerer follows the DLQ store and turns each committed DLQ write
-into one asset event. The triggerer is restarted while the pipeline runs. Checked: the first consumer
+into one asset event. The triggerer is restarted while the pipeline runs, gracefully (SIGTERM) and then
+as in a crash (SIGKILL). Checked: the first consumer
 run starts before the pipeline stops, and the asset's events name every DLQ write of the store exactly
 once, none lost and none doubled across the restarts.
 """
