@@ -8,6 +8,7 @@ and last positions, and the error codes seen. A DAG scheduled on the asset can r
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import SplitResult
 
@@ -32,13 +33,42 @@ def dlq_uri(pipeline_id: str) -> str:
     return f"{SCHEME}://{host}/dlq"
 
 
-def dlq_asset(pipeline_id: str) -> Asset:
+def dlq_asset(
+    pipeline_id: str,
+    *,
+    state_dir: str | os.PathLike[str] | None = None,
+    watch: bool = False,
+    poll_interval: float = 2.0,
+) -> Asset:
     """The DLQ of ``pipeline_id``: URI ``conduit://PIPELINE_ID/dlq``, group ``dead_letter_queue``.
 
     Equal assets compare equal, so the producing operator and a consuming DAG can each call this.
+
+    :param pipeline_id: the pipeline's id
+    :param state_dir: the pipeline's state dir, as the triggerer sees it; required with ``watch``
+    :param watch: attach an ``AssetWatcher`` whose trigger
+        (:class:`airflow_conduit.triggers.dlq_watch.DLQWatchTrigger`) follows the DLQ store in the
+        triggerer and emits one asset event per committed DLQ write while the pipeline runs, however it
+        was started; the operator then leaves the announcing to it
+    :param poll_interval: seconds between the watcher's looks at the DLQ store
     """
     uri = dlq_uri(pipeline_id)
-    return Asset(name=uri, uri=uri, group=DLQ_GROUP, extra={"pipeline_id": pipeline_id})
+    if not watch:
+        return Asset(name=uri, uri=uri, group=DLQ_GROUP, extra={"pipeline_id": pipeline_id})
+    if state_dir is None:
+        raise ValueError(
+            f"dlq_asset({pipeline_id!r}, watch=True) needs state_dir=: the directory the pipeline runs "
+            "with (--state-dir), as the triggerer sees it"
+        )
+    from airflow.sdk import AssetWatcher  # only a watched asset needs the trigger's imports
+
+    from airflow_conduit.triggers.dlq_watch import DLQWatchTrigger
+
+    trigger = DLQWatchTrigger(
+        pipeline_id=pipeline_id, state_dir=os.fspath(state_dir), poll_interval=poll_interval
+    )
+    watcher = AssetWatcher(name=f"conduit-dlq-{path_segment(pipeline_id)}", trigger=trigger)
+    return Asset(name=uri, uri=uri, group=DLQ_GROUP, extra={"pipeline_id": pipeline_id}, watchers=[watcher])
 
 
 def sanitize_uri(uri: SplitResult) -> SplitResult:

@@ -238,7 +238,13 @@ def _short(message: str | None, limit: int = 120) -> str | None:
 
 
 def read_dlq_event(extra: Mapping[str, Any]) -> list[DLQEntry]:
-    """The records a DLQ asset event describes (its ``path`` and ``files`` extra)."""
+    """The records a DLQ asset event describes (its ``path`` and ``files`` extra).
+
+    An event from the live watcher (``dlq_asset(..., watch=True)``) holds them under ``payload``, as
+    Airflow stores a trigger's event: ``{"from_trigger": true, "payload": {...}}``; both are read.
+    """
+    if "path" not in extra and isinstance(extra.get("payload"), Mapping):
+        extra = extra["payload"]
     return read_dlq(extra["path"], ranges=extra.get("files") or {})
 
 

@@ -9,9 +9,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import BaseOperator
+from airflow.sdk import Asset, BaseOperator
 
-from airflow_conduit import dlq_tools
+from airflow_conduit import dlq_batches, dlq_tools
 from airflow_conduit.assets import dlq_asset
 from airflow_conduit.errors import EXIT_CONFIG
 from airflow_conduit.hooks.exceptions import (
@@ -27,7 +27,7 @@ from airflow_conduit.plugins.links import ConduitPipelineLink
 from airflow_conduit.recovery.history import PipelineRecovery, cancel_recovery
 from airflow_conduit.recovery.policy import RecoveryPolicy, format_duration, parse_duration
 from airflow_conduit.recovery.runner import wait_until
-from airflow_conduit.state import ExitPayload, PipelineState, Status, read_json, write_json_atomic
+from airflow_conduit.state import ExitPayload, PipelineState, Status
 from airflow_conduit.triggers.hand_over import not_before
 from airflow_conduit.triggers.recovery import PipelineRecoveryTrigger
 
@@ -46,8 +46,7 @@ __all__ = [
     "PipelineTransientError",
 ]
 
-DLQ_PUBLISHED_FILE = "dlq_published.json"
-"""``STATE_DIR/PIPELINE_ID/dlq_published.json``: DLQ line counts already announced in asset events."""
+DLQ_PUBLISHED_FILE = dlq_batches.PUBLISHED_FILE
 
 RETRIES_WITH_RETRY_POLICY = 1000
 """``retries`` given to a task that uses :class:`ConduitRetryPolicy` and sets none: the policy decides."""
@@ -177,7 +176,8 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
         self._reattached = False
         if emit_dlq_asset:
             asset = dlq_asset(pipeline_id)
-            if asset not in self.outlets:
+            # By URI: a watched DLQ asset (dlq_asset(..., watch=True)) is this one with a watcher.
+            if not any(_is_asset(o, asset) for o in self.outlets):
                 self.outlets = [*self.outlets, asset]
 
     # ---------------------------------------------------------------------------------------------
@@ -456,35 +456,47 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             )
         return result
 
-    def _publish_dlq(self, context: Context) -> dict[str, Any]:
-        """The DLQ records not yet announced: set the asset event's extra, or drop the outlet if none."""
-        state = self._state
-        published_file = state.root / DLQ_PUBLISHED_FILE
-        published = (read_json(published_file) or {}).get("files", {})
-        ranges = dlq_tools.added_ranges(state.dlq_dir, published)
-        entries = dlq_tools.read_dlq(state.dlq_dir, ranges=ranges)
-        summary = dlq_tools.summarize(entries)
-        extra: dict[str, Any] = {
-            "pipeline_id": self.pipeline_id,
-            "path": str(state.dlq_dir),
-            "files": ranges,
-            **summary,
-        }
-        if not self.emit_dlq_asset:
-            return extra
+    def _dlq_watched(self) -> bool:
+        """Whether a live watcher announces this DLQ: the outlet carries one (``dlq_asset(..., watch=True)``),
+        or a watcher declared elsewhere looked at the state dir within the last minute."""
         asset = dlq_asset(self.pipeline_id)
-        if summary["records"] == 0:
-            # No event for a run that put nothing into the DLQ: a DAG scheduled on it would run for nothing.
-            self.outlets = [o for o in self.outlets if o != asset]
-            return extra
-        dag_run = context.get("dag_run")
-        if dag_run is not None:
-            extra["dag_run_id"] = getattr(dag_run, "run_id", None)
-        context["outlet_events"][asset].extra = extra
-        write_json_atomic(
-            published_file,
-            {"files": {**published, **{name: end for name, (_, end) in ranges.items()}}},
-        )
+        in_outlets = any(getattr(o, "watchers", None) for o in self.outlets if _is_asset(o, asset))
+        return in_outlets or dlq_batches.watched(self._state)
+
+    def _publish_dlq(self, context: Context) -> dict[str, Any]:
+        """The DLQ records not yet announced: set the asset event's extra, or drop the outlet if none.
+
+        The ledger (``dlq_published.json``) is shared with the live watcher; when one follows this DLQ
+        it announces every write, and this end-of-task event is left out so no record is announced twice.
+        """
+        state = self._state
+        asset = dlq_asset(self.pipeline_id)
+        watched = self.emit_dlq_asset and self._dlq_watched()
+        with dlq_batches.announcing(state) as ledger:
+            ranges = dlq_tools.added_ranges(state.dlq_dir, ledger)
+            entries = dlq_tools.read_dlq(state.dlq_dir, ranges=ranges)
+            summary = dlq_tools.summarize(entries)
+            extra: dict[str, Any] = {
+                "pipeline_id": self.pipeline_id,
+                "path": str(state.dlq_dir),
+                "files": ranges,
+                **summary,
+            }
+            if not self.emit_dlq_asset:
+                return extra
+            if summary["records"] == 0 or watched:
+                # No event for a run that put nothing into the DLQ (a DAG scheduled on it would run for
+                # nothing), nor for one whose writes the watcher announces.
+                self.outlets = [o for o in self.outlets if not _is_asset(o, asset)]
+                if watched:
+                    extra["announced_by"] = "watcher"
+                return extra
+            dag_run = context.get("dag_run")
+            if dag_run is not None:
+                extra["dag_run_id"] = getattr(dag_run, "run_id", None)
+            outlet = next((o for o in self.outlets if _is_asset(o, asset)), asset)
+            context["outlet_events"][outlet].extra = extra
+            ledger.update({name: end for name, (_, end) in ranges.items()})
         self.log.warning(
             "Pipeline %s put %d record(s) into its DLQ (%s): error codes %s; asset event on %s",
             self.pipeline_id,
@@ -494,6 +506,10 @@ class ConduitPipelineOperator(OneEnginePerPipeline, BaseOperator):
             asset.uri,
         )
         return extra
+
+
+def _is_asset(outlet: Any, asset: Asset) -> bool:
+    return isinstance(outlet, Asset) and outlet.uri == asset.uri
 
 
 def _run_summary(run: PipelineRun) -> dict[str, Any]:

@@ -689,3 +689,46 @@ def process_tree(pid: int) -> str:
         f"parent {name(parent) if parent else '-'}; task process {name(process)} (session {session}); "
         f"children {[name(c) for c in children]}"
     )
+
+
+# Restarting a service (issue 22's live DLQ watcher: a triggerer restart mid-run) ---------------------
+SERVICE_ARGS = {"scheduler": ["scheduler"], "dag-processor": ["dag-processor"], "triggerer": ["triggerer"]}
+
+
+def restart_service(deploy: Deployment, name: str, *, kill: bool = False) -> None:
+    """Stop service ``name`` as teardown does (SIGTERM to its group, then SIGKILL), or with ``kill`` at
+    once with SIGKILL (a crash: nothing gets to finish), start it again with the same command and
+    environment, its output appended to the same log, and wait until the API server reports it healthy
+    again. The :class:`Service` object is updated in place, so teardown stops the new process."""
+    service = deploy.services[name]
+    if kill:
+        with suppress(ProcessLookupError):
+            os.killpg(service.process.pid, signal.SIGKILL)
+        service.process.wait(timeout=30)
+    _stop(service)  # also reaps what a SIGKILL left of the group
+    stopped_at = datetime.now(UTC)
+    with service.log.open("ab") as out:
+        how = "SIGKILL" if kill else "SIGTERM"
+        out.write(f"\n===== restarted by the test ({how}) at {datetime.now(UTC).isoformat()}\n".encode())
+        service.process = subprocess.Popen(
+            [AIRFLOW, *SERVICE_ARGS[name]],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=deploy.env,
+            cwd=deploy.root,
+            start_new_session=True,
+        )
+    component = name.replace("-", "_")
+    _wait(
+        f"the restarted {name}",
+        lambda: _beat_since(deploy, component, stopped_at),
+        deploy,
+    )
+
+
+def _beat_since(deploy: Deployment, component: str, moment: datetime) -> bool:
+    """Whether ``component`` is healthy with a heartbeat after ``moment`` (not the stopped process's)."""
+    health = deploy.api.get("/api/v2/monitor/health").get(component) or {}
+    beat = utc(health.get(f"latest_{component}_heartbeat"))
+    return health.get("status") == "healthy" and beat is not None and beat > moment

@@ -1,0 +1,39 @@
+"""Issue 22, live DLQ events: scheduled on the *watched* DLQ asset of ``deploy-watched``, a continuous
+pipeline that the test runs from the command line (no Airflow task runs it). Each run reports the DLQ
+writes of the events that triggered it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, task
+from deploy_common import STATE_DIR
+
+from airflow_conduit.assets import dlq_asset
+
+WATCHED_DLQ = dlq_asset("deploy-watched", state_dir=STATE_DIR, watch=True, poll_interval=1.0)
+
+with DAG(
+    "deploy_dlq_watch",
+    schedule=[WATCHED_DLQ],
+    start_date=pendulum.datetime(2026, 1, 1),
+    catchup=False,
+):
+
+    @task
+    def announced(**context: Any) -> list[dict[str, Any]]:
+        from airflow_conduit.dlq_tools import read_dlq_event
+
+        events = list((context.get("triggering_asset_events") or {}).get(WATCHED_DLQ, []))
+        seen = []
+        for event in events:
+            entries = read_dlq_event(event.extra or {})
+            payload = (event.extra or {}).get("payload") or {}
+            print(
+                f"DLQ write {payload.get('write')}: {len(entries)} record(s), errors {payload.get('error_codes')}"
+            )
+            seen.append({"write": payload.get("write"), "records": len(entries)})
+        return seen
+
+    announced()
