@@ -1,0 +1,240 @@
+"""``standalone:redis`` (stream mode) on real Spark and a real Redis server (tests/servers/redis.py): the
+source through a consumer group acked after commit, the destination exactly once by its marker, Redis as
+the DLQ, a server stopped mid-run, and the settings refused at load."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from airflow_conduit.config import ConfigError, load_pipeline_text
+from airflow_conduit.engine.connectors.redis_streams import destination as redis_destination
+from airflow_conduit.errors import TransientError
+from tests.conftest import read_jsonl, text
+from tests.servers.redis import RedisServer, durable_redis, redis_server
+
+__all__ = ["durable_redis", "redis_server"]  # fixtures, imported to be used
+
+
+def source_pipeline(server: RedisServer, key: str, batch: int = 10, extra: str = "") -> str:
+    return f"""
+version: "2.2"
+pipelines:
+  - id: rs
+    connectors:
+      - {{id: in, type: source, plugin: redis, settings: {server.settings(key, maxRecordsPerBatch=str(batch))}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+{extra}"""
+
+
+def add(server: RedisServer, key: str, start: int, end: int) -> list[str]:
+    client = server.client()
+    return [client.xadd(key, {"n": str(i), "word": f"w{i}"}).decode() for i in range(start, end)]
+
+
+def pending(server: RedisServer, key: str, group: str) -> int:
+    return int(server.client().xpending(key, group)["pending"])
+
+
+def test_source_reads_each_entry_once_and_acks_after_commit(run_yaml, redis_server, tmp_path):
+    ids = add(redis_server, "src1", 0, 25)
+    payload = run_yaml(source_pipeline(redis_server, "src1"))
+    assert payload["exit_code"] == 0, payload
+    records = read_jsonl(tmp_path / "out")
+    assert [text(r["position"]) for r in records] == ids
+    assert [json.loads(text(r["payload"]["after"])) for r in records] == [
+        {"n": str(i), "word": f"w{i}"} for i in range(25)
+    ]
+    first = records[0]
+    assert text(first["key"]) == "src1" and first["operation"] == "create"
+    assert first["metadata"]["key"] == "src1"
+    assert first["metadata"]["opencdc.createdAt"] == str(int(ids[0].split("-")[0]) * 1_000_000)
+    assert payload["batches"] == 3
+    assert pending(redis_server, "src1", "conduit-rs-in") == 0  # every batch committed, so acked
+
+    more = add(redis_server, "src1", 25, 30)
+    payload = run_yaml(source_pipeline(redis_server, "src1"))
+    assert payload["exit_code"] == 0, payload
+    assert [text(r["position"]) for r in read_jsonl(tmp_path / "out")] == ids + more
+    assert pending(redis_server, "src1", "conduit-rs-in") == 0
+
+
+def test_source_leaves_a_failed_batch_pending_and_reads_it_on_restart(run_yaml, redis_server, tmp_path):
+    """A batch the destination refused is not acked: its entries stay pending, and come out next run."""
+    ids = add(redis_server, "src2", 0, 20)
+    flag = tmp_path / "fail"
+    (tmp_path / "udf").mkdir()
+    (tmp_path / "udf" / "flaky.py").write_text(
+        "import os\nfrom airflow_conduit.errors import TransientError\n"
+        f"def sink(records, delivery_hash):\n    if os.path.exists({str(flag)!r}):\n"
+        "        raise TransientError('sink down')\n"
+    )
+    extra = (
+        '      - {id: sink, type: destination, plugin: custom.python, settings: {function: "flaky:sink", '
+        'path: "{tmp}/udf"}}\n'
+    )
+    flag.touch()
+    payload = run_yaml(source_pipeline(redis_server, "src2", extra=extra))
+    assert payload["exit_code"] == 75, payload
+    assert pending(redis_server, "src2", "conduit-rs-in") == 10  # the first batch: handed out, not acked
+    flag.unlink()
+    payload = run_yaml(source_pipeline(redis_server, "src2", extra=extra))
+    assert payload["exit_code"] == 0, payload
+    assert [text(r["position"]) for r in read_jsonl(tmp_path / "out")] == ids  # once each
+    assert pending(redis_server, "src2", "conduit-rs-in") == 0
+
+
+def destination_pipeline(server: RedisServer, key: str, count: int) -> str:
+    return f"""
+version: "2.2"
+pipelines:
+  - id: rd
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {{recordCount: {count}, maxRecordsPerBatch: 10, "format.options.id": int, "format.options.name": string}}}}
+      - {{id: out, type: destination, plugin: standalone:redis, settings: {server.settings(key)}}}
+"""
+
+
+def test_destination_writes_payload_fields_and_skips_a_replayed_batch(
+    run_yaml, redis_server, tmp_path, monkeypatch
+):
+    publish = redis_destination.StagedEntries.publish
+    calls = {"n": 0}
+
+    def publish_then_fail(self: redis_destination.StagedEntries) -> int:
+        written = publish(self)  # EXEC ran: the entries and the marker are in Redis
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise TransientError("lost before the engine committed")
+        return written
+
+    monkeypatch.setattr(redis_destination.StagedEntries, "publish", publish_then_fail)
+    payload = run_yaml(destination_pipeline(redis_server, "dst1", 30))
+    assert payload["exit_code"] == 75, payload
+    client = redis_server.client()
+    assert client.xlen("dst1") == 20  # batch 1 reached Redis, then the run failed before its commit
+
+    payload = run_yaml(destination_pipeline(redis_server, "dst1", 30))
+    assert payload["exit_code"] == 0, payload
+    entries = client.xrange("dst1")
+    assert len(entries) == 30  # the replayed batch 1 was skipped by its marker: each record once
+    fields = [{k.decode(): v.decode() for k, v in f.items()} for _, f in entries]
+    assert sorted(fields[0]) == ["id", "name"] and fields[0]["id"].isdigit()
+    assert len({json.dumps(f, sort_keys=True) for f in fields}) == 30
+    events = [json.loads(line) for line in (tmp_path / "state" / "rd" / "audit.jsonl").read_text().splitlines()]
+    assert [(e["batch"], e["destinations"]) for e in events if e.get("event") == "delivery_skipped"] == [
+        (1, ["out"])
+    ]
+    assert client.hget("dst1:conduit-delivery", "rd:out") is not None
+
+
+def test_redis_as_the_dead_letter_queue(run_yaml, redis_server, tmp_path):
+    pipeline = f"""
+version: "2.2"
+pipelines:
+  - id: rq
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {{recordCount: 20, "format.options.id": int}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - id: reject
+        plugin: error
+        condition: "CAST(.Key AS INT) IN (3, 7, 11)"
+        settings: {{message: rejected}}
+    dead-letter-queue:
+      plugin: redis
+      settings: {redis_server.settings("dlq1")}
+      window-size: 10
+      window-nack-threshold: 5
+"""
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 0, payload
+    assert payload["records"]["dlq"] == 3
+    entries = redis_server.client().xrange("dlq1")
+    assert len(entries) == 3
+    assert all(set(f) == {b"id"} for _, f in entries)
+    assert len(read_jsonl(tmp_path / "out")) == 17
+
+
+def test_server_stopped_mid_run_is_transient_and_the_next_run_loses_nothing(run_yaml, durable_redis, tmp_path):
+    """Redis source to Redis destination on one server, which a processor shuts down while the second
+    batch is computed; restarted, the next run delivers every entry exactly once and acks them all."""
+    server = durable_redis
+    add(server, "in", 0, 30)
+    flag = tmp_path / "shutdown"
+    flag.touch()
+    (tmp_path / "udf").mkdir()
+    (tmp_path / "udf" / "outage.py").write_text(
+        "import os, redis\n"
+        "def apply(record):\n"
+        f"    if record['payload']['after'] and b'\"n\":\"15\"' in record['payload']['after'] and os.path.exists({str(flag)!r}):\n"
+        f"        os.unlink({str(flag)!r})\n"
+        "        try:\n"
+        f"            redis.Redis(port={server.port}).shutdown()\n"
+        "        except redis.exceptions.ConnectionError:\n"
+        "            pass\n"
+        "    return record\n"
+    )
+    pipeline = f"""
+version: "2.2"
+pipelines:
+  - id: ro
+    connectors:
+      - {{id: in, type: source, plugin: redis, settings: {server.settings("in", maxRecordsPerBatch="10")}}}
+      - {{id: out, type: destination, plugin: redis, settings: {server.settings("out")}}}
+    processors:
+      - {{id: outage, plugin: custom.python, settings: {{function: "outage:apply", path: "{{tmp}}/udf"}}}}
+"""
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 75, payload
+    assert payload["error"]["kind"] == "transient" and "unreachable" in payload["error"]["message"]
+    server.start()
+    client = server.client()
+    assert client.xlen("out") == 10  # the first batch only
+    assert pending(server, "in", "conduit-ro-in") >= 10  # the failed batch is still pending
+
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 0, payload
+    numbers = [int(f[b"n"]) for _, f in client.xrange("out")]
+    assert numbers == list(range(30))
+    assert pending(server, "in", "conduit-ro-in") == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ('{"redis.key": "k"}', "only mode 'stream' is supported"),
+        ('{"redis.key": "k", "mode": "pubsub"}', "pub/sub channel keeps no message"),
+        ('{"mode": "stream"}', "'redis.key' is missing"),
+        ('{"redis.key": "k", "mode": "stream", "redis.port": "0"}', "redis.port"),
+    ],
+)
+def test_settings_refused_at_load(settings, message):
+    text_ = f"""
+version: "2.2"
+pipelines:
+  - id: bad
+    connectors:
+      - {{id: in, type: source, plugin: redis, settings: {settings}}}
+      - {{id: out, type: destination, plugin: builtin:log}}
+"""
+    with pytest.raises(ConfigError) as raised:
+        load_pipeline_text(text_, "bad.yaml")
+    assert message in str(raised.value) and "bad.yaml" in str(raised.value)
+
+
+def test_wrong_password_is_fatal_and_never_shown(run_yaml, tmp_path):
+    from tests.servers.redis import destroy, start_redis
+
+    server = start_redis(password="right-Pw-1")
+    try:
+        server.password = "wrong-Pw-2"  # the settings carry the wrong one
+        payload = run_yaml(source_pipeline(server, "k"))
+    finally:
+        destroy(server)
+    assert payload["exit_code"] == 1, payload
+    assert "redis.password" in payload["error"]["message"]
+    state = json.dumps(payload) + "".join(p.read_text() for p in Path(tmp_path / "state").rglob("*.json*"))
+    assert "wrong-Pw-2" not in state
