@@ -154,7 +154,10 @@ pipelines:
     assert payload["records"]["dlq"] == 3
     entries = redis_server.client().xrange("dlq1")
     assert len(entries) == 3
-    assert all(set(f) == {b"id"} for _, f in entries)
+    # A DLQ record's payload is the failed record (as in Conduit): its parts become the entry's fields.
+    assert [set(f) for _, f in entries] == [{b"position", b"operation", b"metadata", b"key", b"payload"}] * 3
+    metadata = json.loads(entries[0][1][b"metadata"])
+    assert metadata["conduit.dlq.nack.error"] == "rejected" and metadata["conduit.dlq.nack.node.id"] == "rq:reject"
     assert len(read_jsonl(tmp_path / "out")) == 17
 
 

@@ -45,20 +45,22 @@ class Server:
         return text.replace(self.password, "***") if self.password else text
 
 
-def connect(server: Server) -> redis.Redis:
-    """A client on one connection (the destination's MULTI/EXEC and the source's reads need no pool)."""
+def connect(server: Server, code: str) -> redis.Redis:
+    """A client on one connection (the destination's MULTI/EXEC and the source's reads need no pool),
+    connected now: a refusal comes out classified (see :func:`classify`)."""
     import redis
 
-    return redis.Redis(
-        host=server.host,
-        port=server.port,
-        db=server.database,
-        username=server.username or None,
-        password=server.password or None,
-        socket_connect_timeout=10,
-        socket_timeout=60,
-        single_connection_client=True,
-    )
+    with classified(server, "cannot connect", code):
+        return redis.Redis(
+            host=server.host,
+            port=server.port,
+            db=server.database,
+            username=server.username or None,
+            password=server.password or None,
+            socket_connect_timeout=10,
+            socket_timeout=60,
+            single_connection_client=True,
+        )
 
 
 _FATAL_REPLIES = {

@@ -76,7 +76,7 @@ class StagedEntries:
 
     def publish(self) -> int:
         """Send the entries and the marker in one transaction; the entries written."""
-        client = connect(self.server)
+        client = connect(self.server, Code.DESTINATION_FAILED)
         try:
             with classified(self.server, "redis destination: cannot write", Code.DESTINATION_FAILED):
                 check_stream(client, self.server, Code.DESTINATION_FAILED)
@@ -116,7 +116,7 @@ def stage(records: DataFrame, settings: RedisDestinationSettings, delivery: Deli
 def delivered(settings: RedisDestinationSettings, delivery: Delivery) -> bool:
     """Whether the stream already holds ``delivery`` (its marker names the same hash)."""
     server = Server.of(settings)
-    client = connect(server)
+    client = connect(server, Code.DESTINATION_FAILED)
     try:
         with classified(server, "redis destination: cannot read the delivery marker", Code.DESTINATION_FAILED):
             held = client.hget(marker_key(server.key), writer(delivery))

@@ -114,6 +114,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._available_now = False
         self._target: str | None = None  # AvailableNow: the stream's last id when the run began
         self._last_empty_poll = 0.0
+        self._acked: str | None = None  # acknowledged up to here by this reader
 
     def _redis(self, context: str) -> Any:
         """The driver's client, in a block whose Redis errors come out classified."""
@@ -121,7 +122,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _db(self) -> Any:
         if self._client is None:
-            self._client = connect(self.server)
+            self._client = connect(self.server, Code.SOURCE_FAILED)
         if not self._group_ready:
             check_stream(self._client, self.server, Code.SOURCE_FAILED)
             self._ensure_group(self._client)
@@ -181,6 +182,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._call("cannot read the stream's last entry", last_id)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        # Spark runs one batch at a time: it asks for the next end only once the batch ending at
+        # ``start`` committed. Its own ``commit`` call for that batch comes only when it plans a next
+        # batch with data, so without this the last batch of a run would stay pending until a later one.
+        self._ack_upto(start["id"])
         if stop_requested(self.stop_file):
             return start
         now = time.monotonic()
@@ -219,7 +224,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         server = Server(**partition.server)
         key = server.key
         key_bytes = key.encode()
-        client = connect(server)
+        client = connect(server, Code.SOURCE_FAILED)
         try:
             with classified(server, "redis source: cannot read a batch", Code.SOURCE_FAILED):
                 after = partition.start
@@ -237,7 +242,13 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Spark calls this once the batch ending at ``end`` is committed (every destination and the DLQ
         hold it): only now are its entries acknowledged."""
-        self._call(f"cannot acknowledge entries up to {end['id']}", lambda client: self._ack(client, end["id"]))
+        self._ack_upto(end["id"])
+
+    def _ack_upto(self, upto: str) -> None:
+        if self._acked is not None and parse_id(upto) <= parse_id(self._acked):
+            return
+        self._call(f"cannot acknowledge entries up to {upto}", lambda client: self._ack(client, upto))
+        self._acked = upto
 
     def _ack(self, client: Any, upto: str) -> None:
         key, group = self.server.key, self.config.group
