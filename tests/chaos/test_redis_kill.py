@@ -92,7 +92,9 @@ pipelines:
         finally:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-        assert killed, f"run {kill} ended (exit {process.returncode}) before the kill: {log.read_text()[-3000:]}"
+        assert killed, (
+            f"run {kill} ended (exit {process.returncode}) before the kill: {log.read_text()[-3000:]}"
+        )
         end = committed_end(state)
         assert end is not None
         acked = acked_ids(server, "in")

@@ -123,7 +123,9 @@ def test_destination_writes_payload_fields_and_skips_a_replayed_batch(
     fields = [{k.decode(): v.decode() for k, v in f.items()} for _, f in entries]
     assert sorted(fields[0]) == ["id", "name"] and fields[0]["id"].isdigit()
     assert len({json.dumps(f, sort_keys=True) for f in fields}) == 30
-    events = [json.loads(line) for line in (tmp_path / "state" / "rd" / "audit.jsonl").read_text().splitlines()]
+    events = [
+        json.loads(line) for line in (tmp_path / "state" / "rd" / "audit.jsonl").read_text().splitlines()
+    ]
     assert [(e["batch"], e["destinations"]) for e in events if e.get("event") == "delivery_skipped"] == [
         (1, ["out"])
     ]
@@ -157,11 +159,16 @@ pipelines:
     # A DLQ record's payload is the failed record (as in Conduit): its parts become the entry's fields.
     assert [set(f) for _, f in entries] == [{b"position", b"operation", b"metadata", b"key", b"payload"}] * 3
     metadata = json.loads(entries[0][1][b"metadata"])
-    assert metadata["conduit.dlq.nack.error"] == "rejected" and metadata["conduit.dlq.nack.node.id"] == "rq:reject"
+    assert (
+        metadata["conduit.dlq.nack.error"] == "rejected"
+        and metadata["conduit.dlq.nack.node.id"] == "rq:reject"
+    )
     assert len(read_jsonl(tmp_path / "out")) == 17
 
 
-def test_server_stopped_mid_run_is_transient_and_the_next_run_loses_nothing(run_yaml, durable_redis, tmp_path):
+def test_server_stopped_mid_run_is_transient_and_the_next_run_loses_nothing(
+    run_yaml, durable_redis, tmp_path
+):
     """Redis source to Redis destination on one server, which a processor shuts down while the second
     batch is computed; restarted, the next run delivers every entry exactly once and acks them all."""
     server = durable_redis

@@ -34,7 +34,12 @@ class Server:
     @classmethod
     def of(cls, settings: RedisConnection) -> Server:
         return cls(
-            settings.host, settings.port, settings.database, settings.username, settings.password, settings.key
+            settings.host,
+            settings.port,
+            settings.database,
+            settings.username,
+            settings.password,
+            settings.key,
         )
 
     @property

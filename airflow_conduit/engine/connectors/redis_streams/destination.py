@@ -116,9 +116,11 @@ def stage(records: DataFrame, settings: RedisDestinationSettings, delivery: Deli
 def delivered(settings: RedisDestinationSettings, delivery: Delivery) -> bool:
     """Whether the stream already holds ``delivery`` (its marker names the same hash)."""
     server = Server.of(settings)
-    client = connect(server, Code.DESTINATION_FAILED)
+    client: Any = connect(server, Code.DESTINATION_FAILED)
     try:
-        with classified(server, "redis destination: cannot read the delivery marker", Code.DESTINATION_FAILED):
+        with classified(
+            server, "redis destination: cannot read the delivery marker", Code.DESTINATION_FAILED
+        ):
             held = client.hget(marker_key(server.key), writer(delivery))
     finally:
         client.close()

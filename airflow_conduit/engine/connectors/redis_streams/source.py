@@ -35,7 +35,6 @@ from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
     read_python_source,
-    source_options,
     stop_requested,
 )
 from airflow_conduit.engine.connectors.redis_streams._common import Server, check_stream, classified, connect
@@ -224,7 +223,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         server = Server(**partition.server)
         key = server.key
         key_bytes = key.encode()
-        client = connect(server, Code.SOURCE_FAILED)
+        client: Any = connect(server, Code.SOURCE_FAILED)
         try:
             with classified(server, "redis source: cannot read a batch", Code.SOURCE_FAILED):
                 after = partition.start
