@@ -161,7 +161,7 @@ pipelines:
     # The nack error is in the DLQ record's own metadata, which an entry does not carry (as in Conduit).
     metadata = json.loads(entries[0][1][b"metadata"])
     assert metadata["conduit.source.connector.id"] == "rq:gen"
-    assert [text(json.loads(f[b"key"])) for _, f in entries] == ["3", "7", "11"]
+    assert [text(f[b"key"].decode()) for _, f in entries] == ["3", "7", "11"]  # raw: base64 text
     assert len(read_jsonl(tmp_path / "out")) == 17
 
 
