@@ -20,6 +20,7 @@ REQUIRED = {
     "builtin:file": {"path": "/tmp/x"},
     "builtin:postgres": {"url": "postgresql://u:p@localhost:5432/db", "tables": "t", "table": "t"},
     "custom.python": {"function": "json:dumps"},
+    "standalone:redis": {"redis.key": "k", "mode": "stream"},
 }
 
 
