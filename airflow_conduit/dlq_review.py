@@ -128,6 +128,11 @@ def _cell(value: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _payload(record: Mapping[str, Any] | None) -> Any:
     if not record:
         return "(unreadable)"
@@ -155,11 +160,11 @@ def review_body(
     lines = [head]
     if intro:
         lines += ["", intro]
-    by_error = Counter((r.node or "?", (r.error or "").strip().splitlines()[0:1]) for r in records)
+    by_error = Counter((r.node or "?", _first_line(r.error)) for r in records)
     if by_error:
         lines += ["", "| records | failed at node | error |", "|---:|---|---|"]
         for (node, first_line), n in by_error.most_common():
-            lines.append(f"| {n} | {_cell(node)} | {_cell(first_line[0] if first_line else '')} |")
+            lines.append(f"| {n} | {_cell(node)} | {_cell(first_line)} |")
     sample = records[:sample_size]
     if sample:
         lines += [

@@ -208,11 +208,10 @@ class ConduitDLQReviewOperator(HITLOperator):
         return self._poison_records()
 
     # ask ----------------------------------------------------------------------------------------------
-    def execute(self, context: Context) -> Any:
+    def prepare(self, context: Context) -> list[ReviewRecord]:
+        """Find the records under review and write the form's subject and body (and, for poison
+        records, the ``positions`` field's default) from them; returns the records."""
         records, intro = self._records(context)
-        if not records:
-            self.log.info("No %s records of %s to review: nothing to ask", self.review, self.pipeline_id)
-            return ReviewOutcome(self.review, ReviewAction.LEAVE, 0).to_dict()
         what = "DLQ" if self.review is ReviewKind.DLQ else "poison"
         self.subject = (
             self.subject or f"Review {len(records)} {what} record(s) of pipeline {self.pipeline_id}"
@@ -222,6 +221,13 @@ class ConduitDLQReviewOperator(HITLOperator):
         )
         if self.review is ReviewKind.POISON:
             self.params[POSITIONS_PARAM] = ",".join(r.position for r in records)
+        return records
+
+    def execute(self, context: Context) -> Any:
+        records = self.prepare(context)
+        if not records:
+            self.log.info("No %s records of %s to review: nothing to ask", self.review, self.pipeline_id)
+            return ReviewOutcome(self.review, ReviewAction.LEAVE, 0).to_dict()
         self.log.info("%s\n%s", self.subject, self.body)
         return super().execute(context)
 
