@@ -22,7 +22,7 @@ from airflow_conduit.plugins.event_text import describe
 from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
 
-RECORDS = 30
+RECORDS = 9
 PIPELINE = """
 version: "2.2"
 pipelines:
