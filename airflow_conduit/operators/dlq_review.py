@@ -107,17 +107,18 @@ class ConduitDLQReviewOperator(HITLOperator):
     ) -> None:
         kind = ReviewKind(review)
         params: dict[str, Param] = {
+            # Nullable: the form then does not require it (leave and replay need no reason).
             REASON_PARAM: Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Reason",
-                description="Why (kept in the audit log with your name); needed to acknowledge",
+                description="Why (kept in the audit log with your name, e.g. why records are acknowledged)",
             )
         }
         if kind is ReviewKind.POISON:
             params[POSITIONS_PARAM] = Param(
-                "",
-                type="string",
+                None,
+                type=["null", "string"],
                 title="Positions to acknowledge",
                 description="Comma-separated; acknowledge skips only these records",
             )

@@ -147,6 +147,12 @@ def test_dlq_review_replay_and_acknowledge_through_the_api(deploy: Deployment) -
     assert len(acked) == acked_count and {e["reason"] for e in acked} == {"test orders"}
     assert len(read_jsonl(output_dir(deploy, PIPELINES["ack"]))) == RECORDS - acked_count
 
+    # The Conduit page's events (what /conduit/pipelines/ID lists) say what was decided, in words.
+    for name, expected in (("replay", f"replay chosen by {user}"), ("ack", f"acknowledge chosen by {user}")):
+        shown = api.get(f"/conduit/api/pipelines/{PIPELINES[name]}/events")["events"]
+        texts = [e["text"] for e in shown if e["event"] == "dlq_reviewed"]
+        assert len(texts) == 1 and expected in texts[0], shown[:3]
+
 
 def output_dir(deploy: Deployment, pipeline_id: str) -> Path:
     return deploy.output_dir / pipeline_id
