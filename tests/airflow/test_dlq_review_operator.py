@@ -130,28 +130,35 @@ def test_form_shows_the_event_records_with_errors_and_nodes(dlq_run) -> None:
 
 def test_replay_delivers_the_fixed_records_exactly_once(dlq_run, tmp_path: Path) -> None:
     state = dlq_run["state"]
+    failed = dlq_run["failed"]
+    count = len(failed)
+    assert count >= 2, "the seed gives several failed records"
     before = read_jsonl(tmp_path / "out")
-    assert len(before) == RECORDS - len(dlq_run["failed"])
-    op = operator(dlq_run)
-    outcome = op.execute_complete(context(dlq_run), answer("replay", reason="fixed the modulus"))
-    count = len(dlq_run["failed"])
-    assert outcome["action"] == "replay" and outcome["replayed"] == count, outcome
-    assert outcome["failed_again"] == 0 and outcome["left"] == 0 and outcome["error"] is None
+    assert len(before) == RECORDS - count
+    # An event that announced only the first two records: only those are replayed (--entry).
+    (name, (start, _)), *_ = dlq_run["extra"]["files"].items()
+    first_two = {**dlq_run["extra"], "files": {name: [start, start + 2]}}
+    partial = operator(dlq_run).execute_complete(
+        context({**dlq_run, "extra": first_two}), answer("replay", reason="fixed the modulus")
+    )
+    assert (partial["records"], partial["replayed"], partial["failed_again"]) == (2, 2, 0), partial
+    assert partial["error"] is None and partial["left"] == 0
+    assert len(read_jsonl(tmp_path / "out")) == RECORDS - count + 2
+    # The whole event, answered afterwards: the rest is replayed, nothing is written twice.
+    outcome = operator(dlq_run).execute_complete(context(dlq_run), answer("replay"))
+    assert (outcome["records"], outcome["replayed"], outcome["failed_again"]) == (count, count, 0), outcome
     after = read_jsonl(tmp_path / "out")
     assert len(after) == RECORDS
     amounts = sorted(r["payload"]["after"]["amount"] for r in after)
     assert amounts == sorted(
         [r["payload"]["after"]["amount"] for r in before]
-        + [e.record["payload"]["after"]["amount"] for e in dlq_run["failed"]]
+        + [e.record["payload"]["after"]["amount"] for e in failed]
     )
-    # Answered again (a second review of the same event): nothing is written twice.
-    again = operator(dlq_run).execute_complete(context(dlq_run), answer("replay"))
-    assert again["replayed"] == count and len(read_jsonl(tmp_path / "out")) == RECORDS
     events = reviewed(state)
     assert [e["action"] for e in events] == ["replay", "replay"]
     assert events[0]["user"] == "alice" and events[0]["reason"] == "fixed the modulus"
     assert describe(events[0]).startswith(
-        f"Review of {count} DLQ records: replay chosen by alice; {count} replayed, 0 failed again"
+        "Review of 2 DLQ records: replay chosen by alice; 2 replayed, 0 failed again"
     )
 
 
