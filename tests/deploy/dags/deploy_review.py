@@ -16,7 +16,7 @@ from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
 from airflow_conduit.operators.pipeline import ConduitPipelineOperator
 
 PIPELINE_FILE = "pipelines/review.yaml"
-RECORDS = "20"
+RECORDS = "10"
 PIPELINES = {"replay": "deploy-review-replay", "ack": "deploy-review-ack"}
 
 
