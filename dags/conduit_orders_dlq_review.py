@@ -1,15 +1,26 @@
-"""Review and replay the orders that reached the DLQ.
+"""A person reviews the orders that reached the DLQ, and a degraded orders pipeline, in the Airflow UI.
 
-Scheduled on the ``conduit://orders/dlq`` asset: each event of ``conduit_orders_hourly`` that put
-records into the DLQ starts a run. ``review`` reads exactly those records back (the event's extra says
-where), logs why they failed, fixes what can be fixed (an amount that is a multiple of 10 is raised by
-one cent) and writes them for ``replay``, which runs ``pipelines/orders-replay.yaml`` to deliver them.
+``conduit_orders_dlq_review`` is scheduled on the ``conduit://orders/dlq`` asset: each event (of
+``conduit_orders_hourly``, or a live one) starts a run whose ``review`` task shows exactly those records
+in a review form (the count, the errors by failing node, a sample) and waits for an answer:
+
+- **replay**: send them through ``pipelines/orders.yaml`` as it is now, one record per micro-batch (fix
+  the file first, e.g. the ``reject-round-amounts`` condition, or records fail again and stay queued);
+- **acknowledge**: skip them for good; the reason and who gave it go to the audit log;
+- **leave**: nothing now (also what happens when nobody answers within 4 hours).
+
+``conduit_orders_degraded_review`` (triggered by hand, or by an alert, when ``orders`` is degraded) shows
+the record(s) the pipeline stopped on (DLQ threshold exceeded, or a fatal error: as ``airflow-conduit
+inspect`` shows them); on **acknowledge** (skip them, as ``airflow-conduit ack``) or **replay** (read them
+again after a fix) ``resume`` runs the pipeline again, past them. With nothing degraded it ends at once.
+
+Answers go to the task log, the pipeline's audit log and the Conduit page (``/conduit/pipelines/orders``).
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +28,20 @@ import pendulum
 from airflow.sdk import DAG, task
 
 from airflow_conduit.assets import dlq_asset
+from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
 from airflow_conduit.operators.pipeline import ConduitPipelineOperator
 
 # Where state and output go; the environment can move them (the tests do).
 REPO = Path(__file__).resolve().parents[1]
 STATE_DIR = os.environ.get("CONDUIT_STATE_DIR", str(REPO / ".conduit"))
 OUTPUT_DIR = os.environ.get("CONDUIT_OUTPUT_DIR", str(REPO / "demo-output"))
-REPLAY_DIR = os.environ.get("CONDUIT_REPLAY_DIR", str(Path(OUTPUT_DIR) / "orders-replay-inbox"))
 ORDERS_DLQ = dlq_asset("orders")
-
-
-def fix(record: dict[str, Any]) -> dict[str, Any] | None:
-    """The repair: nudge the amount off a multiple of 10; drop records without one."""
-    after = (record.get("payload") or {}).get("after")
-    if not isinstance(after, dict) or not isinstance(after.get("amount"), int):
-        return None
-    after = {**after, "amount": after["amount"] + 1}
-    return {**record, "payload": {**record["payload"], "after": after}}
-
+ORDERS = {
+    "pipeline_file": "pipelines/orders.yaml",
+    "pipeline_id": "orders",
+    "state_dir": STATE_DIR,
+    "env_vars": {"CONDUIT_OUTPUT_DIR": OUTPUT_DIR, "CONDUIT_ORDERS_RECORDS": "1000"},
+}
 
 with DAG(
     dag_id="conduit_orders_dlq_review",
@@ -44,28 +51,35 @@ with DAG(
     tags=["conduit", "example", "dlq"],
     doc_md=__doc__,
 ) as dag:
-
-    @task(inlets=[ORDERS_DLQ])
-    def review(**context: Any) -> dict[str, Any]:
-        from airflow_conduit.dlq_tools import read_dlq_event, replay
-
-        events = list((context.get("triggering_asset_events") or {}).get(ORDERS_DLQ, []))
-        if not events:  # a manual run: take the latest event
-            latest = list(context["inlet_events"][ORDERS_DLQ])[-1:]
-            events = latest
-        entries = [entry for event in events for entry in read_dlq_event(event.extra or {})]
-        for (node, error), n in Counter((e.node, e.error) for e in entries).most_common():
-            print(f"{n} record(s) failed at {node}: {error}")
-        path, replayed, dropped = replay(entries, REPLAY_DIR, fix=fix)
-        print(f"replaying {replayed} fixed record(s) from {path}; {dropped} dropped")
-        return {"records": len(entries), "replayed": replayed, "dropped": dropped, "file": str(path)}
-
-    replay_fixed = ConduitPipelineOperator(
-        task_id="replay",
-        pipeline_file="pipelines/orders-replay.yaml",
-        pipeline_id="orders-replay",
-        state_dir=STATE_DIR,
-        env_vars={"CONDUIT_OUTPUT_DIR": OUTPUT_DIR, "CONDUIT_REPLAY_DIR": REPLAY_DIR},
+    ConduitDLQReviewOperator(
+        task_id="review",
+        **ORDERS,
+        sample_size=10,
+        default_action="leave",
+        response_timeout=timedelta(hours=4),
     )
 
-    review() >> replay_fixed
+with DAG(
+    dag_id="conduit_orders_degraded_review",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    tags=["conduit", "example", "dlq"],
+    doc_md=__doc__,
+) as degraded_dag:
+    review_poison = ConduitDLQReviewOperator(
+        task_id="review",
+        review="poison",
+        **ORDERS,
+        default_action="leave",
+        response_timeout=timedelta(hours=4),
+    )
+
+    @task.short_circuit
+    def resume_wanted(outcome: dict[str, Any]) -> bool:
+        """Only an answer that lets the pipeline go on runs it again."""
+        return bool(outcome.get("resume"))
+
+    resume = ConduitPipelineOperator(task_id="resume", **ORDERS, emit_dlq_asset=True)
+
+    resume_wanted(review_poison.output) >> resume

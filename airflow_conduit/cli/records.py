@@ -82,6 +82,12 @@ def add_commands(commands: Any) -> None:
     replay.add_argument("--state-dir", default=DEFAULT_STATE_DIR, metavar="DIR")
     replay.add_argument("--master", default=None, metavar="URL", help="Spark master (default: local[*])")
     replay.add_argument("--dry-run", action="store_true", help="only show what would be replayed")
+    replay.add_argument(
+        "--entry",
+        action="append",
+        metavar="FILE:LINE",
+        help="replay only this DLQ entry (repeatable; as `dlq` and a DLQ asset event name them)",
+    )
     replay.set_defaults(handler=cmd_replay)
 
 
@@ -224,7 +230,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         setup_logging()
         return get_session(args.master)
 
-    summary = replay_dlq(spark, pipeline, args.state_dir, dry_run=args.dry_run)
+    summary = replay_dlq(spark, pipeline, args.state_dir, dry_run=args.dry_run, only=args.entry)
     if args.dry_run:
         print(
             f"{pipeline.id}: {summary['to_replay']} of {summary['dlq_records']} DLQ records would be replayed "

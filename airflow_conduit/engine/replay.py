@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,8 +97,13 @@ class ReplayPlan:
     """Entries left out because they were acknowledged as DLQ entries (and not replayed before)."""
 
 
-def plan_replay(paths: ReplayPaths) -> ReplayPlan:
+def plan_replay(paths: ReplayPaths, only: Collection[str] | None = None) -> ReplayPlan:
+    """What a replay sends: every DLQ entry not yet replayed nor acknowledged, or of those only the
+    entries ``only`` names (``FILE:LINE``: the records of one DLQ asset event, say)."""
     entries = read_dlq(paths.state.dlq_dir)
+    if only is not None:
+        wanted = set(only)
+        entries = [e for e in entries if entry_id(e) in wanted]
     status = replay_status(paths)
     acked = acknowledged(paths.state, entries) - status.succeeded
     to_queue = tuple(
@@ -116,7 +122,12 @@ def queue(paths: ReplayPaths, entries: tuple[DLQEntry, ...]) -> Path | None:
 
 
 def replay_dlq(
-    spark: Any, pipeline: PipelineConfig, state_dir: str | Path, *, dry_run: bool = False
+    spark: Any,
+    pipeline: PipelineConfig,
+    state_dir: str | Path,
+    *,
+    dry_run: bool = False,
+    only: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """Replay the pipeline's DLQ; returns the summary (also written to the pipeline's audit log).
 
@@ -125,13 +136,15 @@ def replay_dlq(
     :param pipeline: the pipeline as its file defines it now (with the fix, if the fix is in the file)
     :param state_dir: the state dir the pipeline runs with
     :param dry_run: only report what would be replayed
+    :param only: replay only these DLQ entries (``FILE:LINE``); entries an earlier, interrupted replay
+        queued are still resumed by the checkpoint
     """
     from airflow_conduit.engine.job import RunOptions
     from airflow_conduit.engine.runner import run_pipeline
 
     state = PipelineState(Path(state_dir), pipeline.id)
     paths = ReplayPaths(state)
-    plan = plan_replay(paths)
+    plan = plan_replay(paths, only)
     summary: dict[str, Any] = {
         "pipeline": pipeline.id,
         "dlq_records": plan.dlq_records,

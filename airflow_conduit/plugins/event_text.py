@@ -3,7 +3,8 @@
 The audit log (``STATE_DIR/PIPELINE_ID/audit.jsonl``) is written by the engine (``started``, ``fault``,
 ``stopped``, ``degraded``, ``refused``, ``delivery_skipped``, ``skipping_acked``, ``stop_requested``), by
 recovery (``recovering``, ``restarted``, ``degraded``, ``stopped``), by the operator (``reattached``), by
-acknowledgements (``acked``) and by replays (``replay_requested``, ``replayed``). Each has a sentence here;
+acknowledgements (``acked``), by replays (``replay_requested``, ``replayed``) and by reviews in the
+Airflow UI (``dlq_reviewed``). Each has a sentence here;
 an event this module does not know is still shown, as its name and its fields.
 """
 
@@ -169,6 +170,23 @@ def _replay_requested(e: Event) -> str:
     return f"DLQ replay requested{_by(e)} (process {e.get('pid', '?')})"
 
 
+def _dlq_reviewed(e: Event) -> str:
+    what = "poison" if e.get("kind") == "poison" else "DLQ"
+    who = _by(e) if e.get("user") else (" by the timeout's default" if e.get("timed_out") else "")
+    text = (
+        f"Review of {_count(e.get('records', 0), what + ' record')}: {e.get('action', '?')} chosen{who}; "
+        f"{e.get('replayed', 0)} replayed, {e.get('failed_again', 0)} failed again, "
+        f"{e.get('skipped', 0)} skipped, {e.get('left', 0)} left"
+    )
+    if e.get("resume"):
+        text += "; the pipeline resumes"
+    if e.get("reason"):
+        text += f"; reason: {e['reason']}"
+    if isinstance(e.get("error"), Mapping) and e["error"].get("code"):
+        text += f"; the replay stopped on {error_text(e['error'])}"
+    return text
+
+
 def _delivery_skipped(e: Event) -> str:
     destinations = e.get("destinations") or []
     names = ", ".join(str(d) for d in destinations) if isinstance(destinations, list) else str(destinations)
@@ -201,6 +219,7 @@ TEXTS: dict[str, Callable[[Event], str]] = {
     "acked": _acked,
     "replayed": _replayed,
     "replay_requested": _replay_requested,
+    "dlq_reviewed": _dlq_reviewed,
     "delivery_skipped": _delivery_skipped,
     "skipping_acked": _skipping_acked,
     "stop_requested": _stop_requested,
