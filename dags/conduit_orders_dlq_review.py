@@ -35,7 +35,9 @@ from airflow_conduit.operators.pipeline import ConduitPipelineOperator
 REPO = Path(__file__).resolve().parents[1]
 STATE_DIR = os.environ.get("CONDUIT_STATE_DIR", str(REPO / ".conduit"))
 OUTPUT_DIR = os.environ.get("CONDUIT_OUTPUT_DIR", str(REPO / "demo-output"))
-ORDERS_DLQ = dlq_asset("orders")
+# Watched: the triggerer announces each DLQ write while the pipeline runs (also one started from the CLI),
+# and the hourly DAG's operator then leaves the announcing to it.
+ORDERS_DLQ = dlq_asset("orders", state_dir=STATE_DIR, watch=True)
 ORDERS = {
     "pipeline_file": "pipelines/orders.yaml",
     "pipeline_id": "orders",

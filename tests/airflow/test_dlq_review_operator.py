@@ -22,6 +22,9 @@ from airflow_conduit.plugins.event_text import describe
 from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
 
+# Each replay starts Spark in a subprocess (minutes here): with the engine runs, in make test-e2e.
+pytestmark = pytest.mark.engine
+
 RECORDS = 9
 PIPELINE = """
 version: "2.2"
