@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import read_jsonl, text
-from tests.servers.moto_s3 import SECRET_KEY, MotoS3, moto_s3  # noqa: F401 - a fixture
+from tests.servers.moto_s3 import SECRET_KEY, MotoS3, moto_s3
+
+__all__ = ["moto_s3"]  # the fixture, used by name
 
 SOURCE = """
 version: "2.2"
@@ -59,7 +61,9 @@ def lines_in(server: MotoS3, bucket: str, prefix: str = "") -> list[dict[str, An
 
 def no_secret(payload: dict[str, Any], tmp_path: Path) -> None:
     """The credentials appear nowhere: exit payload, audit log, status."""
-    texts = [json.dumps(payload)] + [p.read_text() for p in (tmp_path / "state").rglob("*.json*") if p.is_file()]
+    texts = [json.dumps(payload)] + [
+        p.read_text() for p in (tmp_path / "state").rglob("*.json*") if p.is_file()
+    ]
     for found in texts:
         assert SECRET_KEY not in found
 
@@ -68,7 +72,9 @@ def test_the_source_reads_a_snapshot_then_creates_updates_and_deletes(run_yaml, 
     bucket = moto_s3.bucket(versioned=True)
     s3 = moto_s3.client()
     for name in ("a", "b", "c"):
-        s3.put_object(Bucket=bucket, Key=f"in/{name}.txt", Body=f"{name}-1".encode(), ContentType="text/plain")
+        s3.put_object(
+            Bucket=bucket, Key=f"in/{name}.txt", Body=f"{name}-1".encode(), ContentType="text/plain"
+        )
     s3.put_object(Bucket=bucket, Key="other/x.txt", Body=b"outside the prefix")
 
     payload = run_yaml(source_yaml(moto_s3, bucket, prefix="in/", maxRecordsPerBatch="2"))
@@ -153,7 +159,7 @@ def test_the_destination_can_be_the_dlq(run_yaml, tmp_path, moto_s3):
     yaml_text = (
         destination_yaml(moto_s3, bucket, 10, prefix="out")
         + "    processors:\n"
-        + "      - {id: reject, plugin: error, condition: \"CAST(.Key AS INT) IN (3, 7)\", settings: {message: no}}\n"
+        + '      - {id: reject, plugin: error, condition: "CAST(.Key AS INT) IN (3, 7)", settings: {message: no}}\n'
         + "    dead-letter-queue:\n      plugin: builtin:s3\n      settings:\n"
         + dlq
         + "      window-size: 10\n      window-nack-threshold: 5\n"
