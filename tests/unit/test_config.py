@@ -300,7 +300,7 @@ def test_unknown_plugin_lists_known_plugins() -> None:
     assert found.line == line_of(text, "builtin:x")
     assert (
         found.message
-        == "unknown plugin 'builtin:x' (known: builtin:file, builtin:generator, builtin:log, builtin:postgres, custom.python)"
+        == "unknown plugin 'builtin:x' (known: builtin:file, builtin:generator, builtin:log, builtin:postgres, builtin:s3, custom.python)"
     )
 
 
@@ -396,7 +396,7 @@ def test_dlq_plugin_must_be_a_destination() -> None:
     text = pipeline(extra="    dead-letter-queue:\n      plugin: builtin:generator\n")
     found = issue_at(issues(text), "pipelines[0].dead-letter-queue.plugin")
     assert found.line == line_of(text, "plugin: builtin:generator", 2)
-    assert "(known: builtin:file, builtin:log, builtin:postgres, custom.python)" in found.message
+    assert "(known: builtin:file, builtin:log, builtin:postgres, builtin:s3, custom.python)" in found.message
 
 
 def test_condition_that_does_not_parse() -> None:

@@ -48,8 +48,8 @@ def test_a_source_s_spark_name_is_its_data_source_s(spec: PluginSpec) -> None:
 
 
 def test_lookups():
-    assert spark_sources() == ["conduit_file", "conduit_generator", "conduit_postgres"]
-    assert plugin_names("source") == ["builtin:file", "builtin:generator", "builtin:postgres"]
+    assert spark_sources() == ["conduit_file", "conduit_generator", "conduit_postgres", "conduit_s3"]
+    assert plugin_names("source") == ["builtin:file", "builtin:generator", "builtin:postgres", "builtin:s3"]
     assert set(PLUGINS["custom.python"]) == {"processor", "destination"}
     assert spec_of("builtin:log", "destination").settings_model.__name__ == "LogDestinationSettings"
     with pytest.raises(KeyError, match="no source plugin 'builtin:log'"):
