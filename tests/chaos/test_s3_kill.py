@@ -30,7 +30,10 @@ pipelines:
       - id: gen
         type: source
         plugin: builtin:generator
-        settings: {recordCount: ${COUNT}, rate: ${RATE}, maxRecordsPerBatch: 150}
+        settings:
+          recordCount: ${COUNT}
+          rate: ${RATE}
+          maxRecordsPerBatch: 150
       - id: bucket
         type: destination
         plugin: builtin:s3

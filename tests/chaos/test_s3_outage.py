@@ -27,7 +27,10 @@ pipelines:
       - id: gen
         type: source
         plugin: builtin:generator
-        settings: {recordCount: 2000, rate: ${RATE}, maxRecordsPerBatch: 100}
+        settings:
+          recordCount: 2000
+          rate: ${RATE}
+          maxRecordsPerBatch: 100
       - id: bucket
         type: destination
         plugin: builtin:s3
