@@ -234,6 +234,11 @@ class S3StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._idle_since = 0.0  # when a listing last found nothing new
         self._listing: Listing | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Shipped to the Python workers that run read(): a boto3 client does not pickle, nor need the
+        # workers the driver's listing.
+        return {**self.__dict__, "_client": None, "_listing": None}
+
     @property
     def client(self) -> Any:
         if self._client is None:
