@@ -6,7 +6,19 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 
 from __future__ import annotations
 
-from .settings import fanout, file, generator, javascript, log, postgres, processors, python, redis, webhook
+from .settings import (
+    fanout,
+    file,
+    generator,
+    javascript,
+    log,
+    postgres,
+    processors,
+    python,
+    redis,
+    s3,
+    webhook,
+)
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -19,6 +31,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     python.DESTINATION,
     redis.SOURCE,
     redis.DESTINATION,
+    s3.SOURCE,
+    s3.DESTINATION,
     processors.FIELD_SET,
     processors.FIELD_RENAME,
     processors.FIELD_EXCLUDE,

@@ -48,11 +48,18 @@ def test_a_source_s_spark_name_is_its_data_source_s(spec: PluginSpec) -> None:
 
 
 def test_lookups():
-    assert spark_sources() == ["conduit_file", "conduit_generator", "conduit_postgres", "conduit_redis"]
+    assert spark_sources() == [
+        "conduit_file",
+        "conduit_generator",
+        "conduit_postgres",
+        "conduit_redis",
+        "conduit_s3",
+    ]
     assert plugin_names("source") == [
         "builtin:file",
         "builtin:generator",
         "builtin:postgres",
+        "builtin:s3",
         "standalone:redis",
     ]
     assert set(PLUGINS["custom.python"]) == {"processor", "destination"}

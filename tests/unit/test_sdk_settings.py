@@ -21,6 +21,13 @@ REQUIRED = {
     "builtin:postgres": {"url": "postgresql://u:p@localhost:5432/db", "tables": "t", "table": "t"},
     "custom.python": {"function": "json:dumps"},
     "standalone:redis": {"redis.key": "k", "mode": "stream"},
+    "builtin:s3": {
+        "aws.accessKeyId": "id",
+        "aws.secretAccessKey": "secret",
+        "aws.region": "us-east-1",
+        "aws.bucket": "b",
+        "format": "json",
+    },
 }
 
 
@@ -28,6 +35,8 @@ def required(spec: PluginSpec) -> dict[str, str]:
     given = dict(REQUIRED.get(spec.name, {}))
     if spec.name == "builtin:postgres":  # the source takes tables, the destination table
         given.pop("table" if spec.kind == "source" else "tables")
+    if spec.name == "builtin:s3" and spec.kind == "source":  # format is the destination's
+        given.pop("format")
     return given
 
 
