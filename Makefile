@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e cluster ui chaos deploy lint docs bench bench-postgres bench-brokers clean
+.PHONY: venv demo demo-cli test test-e2e brokers cluster ui chaos deploy lint docs bench bench-postgres bench-brokers clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,7 @@ demo-cli: $(STAMP)
 # make test: everything but the slow end-to-end Airflow runs of the real engine, which have their own
 # target (CI runs both).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not engine and not cluster and not ui and not chaos and not deploy"
+	$(VENV)/bin/python -m pytest -q -m "not engine and not brokers and not cluster and not ui and not chaos and not deploy"
 
 # The scale-out test: a Spark standalone master and worker on loopback, the same pipeline there and on
 # local[2] (tests/cluster is outside testpaths and marked cluster, so make test never starts it).
@@ -56,6 +56,11 @@ chaos: $(STAMP)
 # processes, a Spark standalone master and worker; DAG runs triggered and followed through the REST API.
 deploy: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -s -m deploy tests/deploy
+
+# The broker and object-store connectors end to end, each against its throwaway server on loopback (moto's
+# S3, nats-server, redis-server, a RabbitMQ node): minutes of server and query starts, so not in make test.
+brokers: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m brokers tests/integration
 
 test-e2e: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m engine tests/airflow

@@ -14,6 +14,8 @@ from airflow_conduit.errors import TransientError
 from tests.conftest import read_jsonl, text
 from tests.servers.redis import RedisServer, redis_server
 
+pytestmark = pytest.mark.brokers  # make brokers
+
 __all__ = ["redis_server"]  # a fixture, imported to be used
 
 

@@ -8,8 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import read_jsonl, text
 from tests.servers.moto_s3 import SECRET_KEY, MotoS3, moto_s3
+
+pytestmark = pytest.mark.brokers  # make brokers
 
 __all__ = ["moto_s3"]  # the fixture, used by name
 
