@@ -7,6 +7,7 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 from __future__ import annotations
 
 from .settings import fanout, file, generator, javascript, log, postgres, processors, python, webhook
+from .settings import nats as nats_settings
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -17,6 +18,7 @@ BUILTIN: tuple[PluginSpec, ...] = (
     postgres.SOURCE,
     postgres.DESTINATION,
     python.DESTINATION,
+    *(nats_settings.SOURCE, nats_settings.DESTINATION),
     processors.FIELD_SET,
     processors.FIELD_RENAME,
     processors.FIELD_EXCLUDE,
