@@ -156,3 +156,11 @@ class LoopThread:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+def nats_errors() -> tuple[type[BaseException], ...]:
+    """What talking to NATS raises (sorted by :func:`classify`); anything else is a bug and propagates."""
+    import nats.errors as nerr
+    import nats.js.errors as jerr
+
+    return (nerr.Error, jerr.Error, OSError, asyncio.TimeoutError, TimeoutError)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.engine.connectors.nats._common import REQUEST_TIMEOUT, Connection, classify
+from airflow_conduit.engine.connectors.nats._common import REQUEST_TIMEOUT, Connection, classify, nats_errors
 from airflow_conduit.engine.connectors.record_format import record_lines
 from airflow_conduit.errors import Code, ConduitError, FatalError
 from airflow_conduit.record import ORDER_COLUMNS
@@ -66,7 +66,10 @@ class StagedMessages:
 
     def _messages(self) -> Iterator[tuple[str, bytes]]:
         lines = record_lines(self.records.drop(*ORDER_COLUMNS), self.record_format).toLocalIterator()
-        keys = ((row[0], row[1]) for row in self.records.select("position", "_piece").toLocalIterator())
+        # The DLQ's records carry no ``_piece`` (a nacked record is one record).
+        piece = "_piece" if "_piece" in self.records.columns else "CAST(NULL AS ARRAY<INT>) AS _piece"
+        rows = self.records.selectExpr("position", piece).toLocalIterator()
+        keys = ((row[0], row[1]) for row in rows)
         for line, msg_id in zip(lines, message_ids(self.delivery.hash, keys), strict=True):
             yield msg_id, str(line[0]).encode()
 
@@ -101,7 +104,7 @@ class StagedMessages:
                 count += len(window)
         except ConduitError:
             raise
-        except Exception as error:  # noqa: BLE001 - sorted into transient / fatal
+        except nats_errors() as error:
             raise classify(
                 error, config, f"nats destination: cannot publish to {self.subject!r}", _CODE
             ) from None

@@ -40,7 +40,13 @@ from airflow_conduit.engine.connectors._stream import (
     source_options,
     stop_requested,
 )
-from airflow_conduit.engine.connectors.nats._common import REQUEST_TIMEOUT, Connection, LoopThread, classify
+from airflow_conduit.engine.connectors.nats._common import (
+    REQUEST_TIMEOUT,
+    Connection,
+    LoopThread,
+    classify,
+    nats_errors,
+)
 from airflow_conduit.errors import Code, ConduitError, FatalError, TransientError
 from airflow_conduit.record import source_schema
 
@@ -143,7 +149,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if isinstance(error, TransientError):
                 self._drop_connection()
             raise
-        except Exception as error:  # noqa: BLE001 - sorted into transient / fatal
+        except nats_errors() as error:
             self._drop_connection()
             raise classify(error, self.config, f"nats source: {context}", _CODE) from None
 
@@ -223,9 +229,12 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._run(last_sequence(), "cannot read the stream's state")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        first = int(start["seq"])
+        # Spark asks for the next batch only once the batch ending at ``start`` committed, but calls
+        # ``commit`` for a batch only when it starts the next one: the last batch of a run is acked here.
+        self._ack_up_to(first)
         if stop_requested(self.stop_file):
             return start
-        first = int(start["seq"])
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.config.max_records
         ceiling = first + budget if self._target is None else min(first + budget, self._target)
         self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
@@ -257,7 +266,9 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         """Spark calls this once the batch ending at ``end`` is committed (every destination and the
         DLQ hold it): only now are its messages acknowledged."""
-        last = int(end["seq"])
+        self._ack_up_to(int(end["seq"]))
+
+    def _ack_up_to(self, last: int) -> None:
         done = sorted(seq for seq in self._held if seq <= last)
         if not done:
             return
@@ -308,7 +319,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             batches = asyncio.run(self._read_range(partition))
         except ConduitError:
             raise
-        except Exception as error:  # noqa: BLE001 - sorted into transient / fatal
+        except nats_errors() as error:
             context = f"nats source: cannot read stream sequences {partition.first}-{partition.last}"
             raise classify(error, self.config, context, _CODE) from None
         yield from batches
