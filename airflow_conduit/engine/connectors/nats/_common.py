@@ -73,19 +73,24 @@ class Connection:
         return context
 
     async def connect(self, reconnect: bool, code: str) -> Any:
-        """A nats-py client. ``reconnect``: a long-lived connection may ride out a short outage
-        (``maxReconnects``, ``reconnectWait``); a one-shot one fails at once."""
-        import nats
+        """A nats-py client. Connecting tries each server twice, at once (a server that is away is
+        reported now, as transient). ``reconnect``: once connected, the connection may ride out a short
+        outage (``maxReconnects``, ``reconnectWait``).
+
+        nats-py applies ``max_reconnect_attempts`` to the first connect too, and tries forever when it
+        is 0 or less: the first connect is bounded here, and the reconnect options are set after it."""
+        from nats.aio.client import Client
 
         async def quiet(_: Exception) -> None:
             """nats-py's default callback logs errors with the server URL: ours are raised, redacted."""
 
+        attempts, wait = 1, 0.2
         options: dict[str, Any] = {
             "servers": list(self.urls),
             "connect_timeout": CONNECT_TIMEOUT,
-            "allow_reconnect": reconnect,
-            "max_reconnect_attempts": self.max_reconnects if reconnect else 0,
-            "reconnect_time_wait": self.reconnect_wait,
+            "allow_reconnect": True,
+            "max_reconnect_attempts": attempts,
+            "reconnect_time_wait": wait,
             "error_cb": quiet,
         }
         if self.name:
@@ -97,10 +102,19 @@ class Connection:
         tls = self._tls()
         if tls is not None:
             options["tls"] = tls
+        client = Client()
+        bound = len(self.urls) * (attempts + 1) * (CONNECT_TIMEOUT + wait) + CONNECT_TIMEOUT
         try:
-            return await nats.connect(**options)
+            await asyncio.wait_for(client.connect(**options), bound)
         except Exception as error:  # noqa: BLE001 - sorted and re-raised
-            raise classify(error, self, f"cannot connect to NATS at {self.shown}", code) from None
+            # After the attempts nats-py says only "no servers": the last server's own error says why.
+            cause = client.last_error if client.last_error is not None else error
+            raise classify(cause, self, f"cannot connect to NATS at {self.shown}", code) from None
+        # Conduit's maxReconnects (negative: forever) and reconnectWait, for the rest of the connection.
+        client.options["allow_reconnect"] = reconnect and self.max_reconnects != 0
+        client.options["max_reconnect_attempts"] = self.max_reconnects
+        client.options["reconnect_time_wait"] = self.reconnect_wait
+        return client
 
 
 def safe_url(url: str) -> str:
