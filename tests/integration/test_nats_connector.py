@@ -1,13 +1,11 @@
 """``standalone:nats`` end to end on a real nats-server with JetStream (tests/servers/nats.py): the source
 acks only what committed, the destination's replay is dropped by the stream's duplicate window, NATS as
-the DLQ, and a server that goes away mid-run (exit 75, then a restart completes, nothing lost)."""
+the DLQ. The server going away mid-run and SIGKILLs: tests/chaos/test_nats_kill.py."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
-from pathlib import Path
 
 from tests.conftest import read_jsonl, text
 from tests.servers.nats import NatsServer
@@ -23,19 +21,6 @@ pipelines:
         plugin: nats
         settings: {urls: "%(url)s", stream: ORDERS, subject: orders, maxRecordsPerBatch: 20, ackPolicy: %(ack)s}
       - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}
-"""
-
-# A custom.python processor that kills the NATS server when it sees a record while the flag file exists:
-# the server goes away in the middle of a run. (Spark's Python workers started before the test: the
-# paths are written into the module, not passed in the environment.)
-STOPPER = """
-import os, signal
-
-def stop_server(record):
-    if os.path.exists(%(flag)r):
-        os.unlink(%(flag)r)
-        os.kill(%(pid)d, signal.SIGKILL)
-    return record
 """
 
 # A custom.python destination that fails once per flag file, after the NATS destination published.
@@ -145,52 +130,3 @@ pipelines:
     assert [int(text(r["key"]) or "") for r in nacked] == [3, 13, 23, 33]
     assert {r["metadata"]["conduit.dlq.nack.error"] for r in nacked} == {"rejected"}
     assert len(read_jsonl(tmp_path / "out")) == 36
-
-
-def _stopper(tmp_path: Path, server: NatsServer) -> Path:
-    (tmp_path / "udf").mkdir(exist_ok=True)
-    flag = tmp_path / "stop-now"
-    assert server.process is not None
-    (tmp_path / "udf" / "stopper.py").write_text(STOPPER % {"flag": str(flag), "pid": server.process.pid})
-    return flag
-
-
-def test_a_server_gone_mid_run_is_transient_and_the_restart_loses_nothing(
-    run_yaml, tmp_path, nats_server: NatsServer
-):
-    nats_server.add_stream("ORDERS", ["orders"])
-    nats_server.add_stream("EVENTS", ["events.>"])
-    nats_server.publish("orders", _bodies(100))
-    flag = _stopper(tmp_path, nats_server)
-    pipeline = SOURCE_PIPELINE % {"url": nats_server.url, "ack": "all"}
-    pipeline = pipeline.replace(
-        '      - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}\n',
-        '      - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}\n'
-        f'      - {{id: bus, type: destination, plugin: nats, settings: {{urls: "{nats_server.url}", '
-        "subject: events.copy}}\n"
-        "    processors:\n"
-        '      - {id: stop, plugin: custom.python, condition: "CAST(CAST(.Position AS STRING) AS INT) = 50", '
-        'settings: {function: "stopper:stop_server", path: "{tmp}/udf"}}\n',
-    )
-    flag.touch()
-    payload = run_yaml(pipeline)
-    assert payload["exit_code"] == 75, payload
-    assert payload["error"]["code"] in ("source_failed", "destination_failed"), payload
-    assert (
-        "unreachable" in payload["error"]["message"] or "lost the connection" in payload["error"]["message"]
-    )
-    assert not os.path.exists(flag)
-
-    nats_server.stop()
-    nats_server.start()
-    payload = run_yaml(pipeline)
-    assert payload["exit_code"] == 0, payload
-    out = [json.loads(text(r["payload"]["after"]) or "")["n"] for r in read_jsonl(tmp_path / "out")]
-    assert out == list(range(100))  # the file destination: exactly once
-    copied = [
-        json.loads(text(json.loads(b)["payload"]["after"]) or "")["n"]
-        for b in nats_server.stream_bodies("EVENTS")
-    ]
-    assert sorted(set(copied)) == list(range(100)) and copied == sorted(copied)  # NATS: nothing lost
-    consumer = nats_server.consumer_info("ORDERS", "conduit-ns_in")
-    assert consumer.ack_floor.stream_seq == 100 and consumer.num_ack_pending == 0
