@@ -30,7 +30,7 @@ from tests.servers.nats import nats_server as nats_server  # the fixture
 pytestmark = pytest.mark.chaos
 
 CLI = [sys.executable, "-m", "airflow_conduit.cli"]
-MESSAGES = 600
+MESSAGES = 240
 KILLS = 4
 
 
@@ -58,6 +58,7 @@ def _in_flight(checkpoint: Path) -> bool:
     return bool(offsets - commits)
 
 
+@pytest.mark.timeout(1800)  # five Spark runs; slow on a loaded machine
 def test_sigkill_inside_batches_acks_nothing_early_and_loses_nothing(nats_server: NatsServer, tmp_path):
     nats_server.add_stream("ORDERS", ["orders"])
     nats_server.add_stream("EVENTS", ["events.>"])
@@ -69,7 +70,7 @@ version: "2.2"
 pipelines:
   - id: nk
     connectors:
-      - {{id: in, type: source, plugin: nats, settings: {{urls: "{nats_server.url}", stream: ORDERS, subject: orders, ackPolicy: all, maxRecordsPerBatch: 40}}}}
+      - {{id: in, type: source, plugin: nats, settings: {{urls: "{nats_server.url}", stream: ORDERS, subject: orders, ackPolicy: all, maxRecordsPerBatch: 30}}}}
       - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{out}"}}}}
       - {{id: bus, type: destination, plugin: nats, settings: {{urls: "{nats_server.url}", subject: events.copy}}}}
 """)
@@ -137,6 +138,7 @@ def _stopper(tmp_path: Path, server: NatsServer) -> Path:
     return flag
 
 
+@pytest.mark.timeout(1200)
 def test_a_server_gone_mid_run_is_transient_and_the_restart_loses_nothing(
     run_yaml, tmp_path, nats_server: NatsServer
 ) -> None:
