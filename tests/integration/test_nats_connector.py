@@ -4,8 +4,12 @@ the DLQ. The server going away mid-run and SIGKILLs: tests/chaos/test_nats_kill.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import shutil
+
+import pytest
 
 from tests.conftest import read_jsonl, text
 from tests.servers.nats import NatsServer
@@ -130,3 +134,19 @@ pipelines:
     assert [int(text(r["key"]) or "") for r in nacked] == [3, 13, 23, 33]
     assert {r["metadata"]["conduit.dlq.nack.error"] for r in nacked} == {"rejected"}
     assert len(read_jsonl(tmp_path / "out")) == 36
+
+
+def test_refused_credentials_are_fatal_and_never_shown() -> None:
+    from airflow_conduit.engine.connectors.nats._common import Connection
+    from airflow_conduit.errors import FatalError
+    from tests.servers.nats import start_nats
+
+    server = start_nats(user="alice", password="right-Pw-1")
+    try:
+        wrong = Connection(urls=(server.url.replace("nats://", "nats://alice:wrong-Pw-2@"),))
+        with pytest.raises(FatalError) as caught:
+            asyncio.run(wrong.connect(reconnect=True, code="source_failed"))
+        assert "refused the credentials" in str(caught.value) and "wrong-Pw-2" not in str(caught.value)
+    finally:
+        server.stop()
+        shutil.rmtree(server.root, ignore_errors=True)

@@ -37,6 +37,8 @@ class NatsServer:
     root: Path
     port: int
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    user: str = ""
+    password: str = field(default="", repr=False)
 
     @property
     def url(self) -> str:
@@ -45,6 +47,8 @@ class NatsServer:
     def start(self) -> None:
         binary = shutil.which("nats-server") or SERVER
         args = [binary, "-js", "-sd", str(self.root / "js"), "-a", "127.0.0.1", "-p", str(self.port)]
+        if self.user:
+            args += ["--user", self.user, "--pass", self.password]
         log = (self.root / "server.log").open("ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
@@ -109,9 +113,10 @@ class NatsServer:
         return self.call(lambda js: js.consumer_info(stream, durable))
 
 
-def start_nats() -> NatsServer:
+def start_nats(user: str = "", password: str = "") -> NatsServer:
+    """A server on a free loopback port; with ``user``, clients must give that user and password."""
     root = Path(tempfile.mkdtemp(prefix="nats-test-"))
-    server = NatsServer(root, _free_port())
+    server = NatsServer(root, _free_port(), user=user, password=password)
     server.start()
     return server
 

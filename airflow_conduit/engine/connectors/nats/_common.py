@@ -81,8 +81,12 @@ class Connection:
         is 0 or less: the first connect is bounded here, and the reconnect options are set after it."""
         from nats.aio.client import Client
 
-        async def quiet(_: Exception) -> None:
-            """nats-py's default callback logs errors with the server URL: ours are raised, redacted."""
+        seen: list[Exception] = []
+
+        async def quiet(error: Exception) -> None:
+            """nats-py's default callback logs errors with the server URL: ours are raised, redacted.
+            Kept: after the attempts nats-py says only "no servers", the servers' own errors say why."""
+            seen.append(error)
 
         attempts, wait = 1, 0.2
         options: dict[str, Any] = {
@@ -107,8 +111,8 @@ class Connection:
         try:
             await asyncio.wait_for(client.connect(**options), bound)
         except Exception as error:  # noqa: BLE001 - sorted and re-raised
-            # After the attempts nats-py says only "no servers": the last server's own error says why.
-            cause = client.last_error if client.last_error is not None else error
+            refusals = [e for e in seen if "authorization" in str(e).lower()]
+            cause = refusals[-1] if refusals else seen[-1] if seen else error
             raise classify(cause, self, f"cannot connect to NATS at {self.shown}", code) from None
         # Conduit's maxReconnects (negative: forever) and reconnectWait, for the rest of the connection.
         client.options["allow_reconnect"] = reconnect and self.max_reconnects != 0
