@@ -19,6 +19,7 @@ from .settings import (
     s3,
     webhook,
 )
+from .settings import nats as nats_settings
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -29,6 +30,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     postgres.SOURCE,
     postgres.DESTINATION,
     python.DESTINATION,
+    nats_settings.SOURCE,
+    nats_settings.DESTINATION,
     redis.SOURCE,
     redis.DESTINATION,
     s3.SOURCE,

@@ -1,0 +1,1 @@
+"""``standalone:nats``: NATS JetStream as a source (:mod:`.source`) and a destination (:mod:`.destination`)."""

@@ -1,0 +1,154 @@
+"""``standalone:nats`` end to end on a real nats-server with JetStream (tests/servers/nats.py): the source
+acks only what committed, the destination's replay is dropped by the stream's duplicate window, NATS as
+the DLQ. The server going away mid-run and SIGKILLs: tests/chaos/test_nats_kill.py."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import read_jsonl, text
+from tests.servers.nats import NatsServer
+from tests.servers.nats import nats_server as nats_server  # the fixture
+
+SOURCE_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: ns
+    connectors:
+      - id: in
+        type: source
+        plugin: nats
+        settings: {urls: "%(url)s", stream: ORDERS, subject: orders, maxRecordsPerBatch: 20, ackPolicy: %(ack)s}
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}
+"""
+
+# A custom.python destination that fails once per flag file, after the NATS destination published.
+FLAKY_SINK = """
+import os
+from airflow_conduit.errors import TransientError
+
+pytestmark = pytest.mark.brokers  # make brokers
+
+def sink(records, delivery_hash):
+    flag = os.environ["FLAKY_SINK_FLAG"]
+    if os.path.exists(flag):
+        os.unlink(flag)
+        raise TransientError("the sink is down")
+"""
+
+DESTINATION_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: nd
+    connectors:
+      - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 30, maxRecordsPerBatch: 10}}
+      - {id: bus, type: destination, plugin: standalone:nats, settings: {urls: "%(url)s", subject: events.out}}
+      - {id: sink, type: destination, plugin: custom.python, settings: {function: "flaky_sink:sink", path: "{tmp}/udf"}}
+"""
+
+
+def _bodies(count: int, start: int = 0) -> list[bytes]:
+    return [json.dumps({"n": n}).encode() for n in range(start, start + count)]
+
+
+def test_the_source_delivers_in_stream_order_and_acks_only_committed_batches(
+    run_yaml, tmp_path, nats_server: NatsServer
+):
+    nats_server.add_stream("ORDERS", ["orders", "other"])
+    nats_server.publish("orders", _bodies(30))
+    nats_server.publish("other", [b"not ours"] * 5)  # gaps in the stream sequences of `orders`
+    nats_server.publish("orders", _bodies(20, 30))
+    payload = run_yaml(SOURCE_PIPELINE % {"url": nats_server.url, "ack": "explicit"})
+    assert payload["exit_code"] == 0, payload
+    records = read_jsonl(tmp_path / "out")
+    assert [json.loads(text(r["payload"]["after"]) or "")["n"] for r in records] == list(range(50))
+    sequences = [int(base64.b64decode(r["position"])) for r in records]
+    assert sequences == [*range(1, 31), *range(36, 56)]  # the position is the stream sequence
+    assert all(int(r["metadata"]["opencdc.createdAt"]) > 0 for r in records)
+    consumer = nats_server.consumer_info("ORDERS", "conduit-ns_in")
+    assert consumer.num_ack_pending == 0 and consumer.ack_floor.stream_seq == 55
+
+    nats_server.publish("orders", _bodies(10, 50))  # a new run resumes where the durable acked
+    payload = run_yaml(SOURCE_PIPELINE % {"url": nats_server.url, "ack": "explicit"})
+    assert payload["exit_code"] == 0, payload
+    again = [json.loads(text(r["payload"]["after"]) or "")["n"] for r in read_jsonl(tmp_path / "out")]
+    assert again == list(range(60))
+    assert nats_server.consumer_info("ORDERS", "conduit-ns_in").ack_floor.stream_seq == 65
+
+
+def test_an_unknown_stream_is_fatal_and_names_what_to_fix(run_yaml, nats_server: NatsServer):
+    url = nats_server.url.replace("nats://", "nats://alice:Pw-s3cret@")
+    payload = run_yaml(SOURCE_PIPELINE % {"url": url, "ack": "all"})
+    assert payload["exit_code"] == 1, payload
+    message = payload["error"]["message"]
+    assert "stream 'ORDERS' does not exist" in message and "Pw-s3cret" not in json.dumps(payload)
+
+
+def test_a_replayed_batch_is_dropped_by_the_duplicate_window(run_yaml, tmp_path, nats_server, monkeypatch):
+    nats_server.add_stream("EVENTS", ["events.>"])
+    (tmp_path / "udf").mkdir()
+    (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
+    flag = tmp_path / "down"
+    monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
+    pipeline = DESTINATION_PIPELINE % {"url": nats_server.url}
+    assert run_yaml(pipeline)["exit_code"] == 0
+    flag.touch()  # the next batch's sink fails after NATS took it: the batch does not commit
+    more = pipeline.replace("recordCount: 30", "recordCount: 50")
+    payload = run_yaml(more)
+    assert payload["exit_code"] == 75, payload
+    assert len(nats_server.stream_bodies("EVENTS")) == 40  # batch 3 reached the stream
+
+    payload = run_yaml(more)  # the replay of batch 3 publishes again: the stream drops it
+    assert payload["exit_code"] == 0, payload
+    records = [json.loads(body) for body in nats_server.stream_bodies("EVENTS")]
+    assert [int(text(r["key"]) or "") for r in records] == list(range(50))  # each once, in order
+    assert records[0]["payload"]["after"] is not None and records[0]["operation"] == "create"
+
+
+def test_nats_as_the_dead_letter_queue(run_yaml, tmp_path, nats_server: NatsServer):
+    nats_server.add_stream("DLQ", ["dlq"])
+    pipeline = f"""
+version: "2.2"
+pipelines:
+  - id: dl
+    connectors:
+      - {{id: gen, type: source, plugin: builtin:generator, settings: {{recordCount: 40, maxRecordsPerBatch: 20}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - id: reject
+        plugin: error
+        condition: "CAST(.Key AS INT) % 10 = 3"
+        settings: {{message: rejected}}
+    dead-letter-queue:
+      plugin: nats
+      settings: {{urls: "{nats_server.url}", subject: dlq}}
+      window-size: 10
+      window-nack-threshold: 5
+"""
+    payload = run_yaml(pipeline)
+    assert payload["exit_code"] == 0, payload
+    nacked = [json.loads(body) for body in nats_server.stream_bodies("DLQ")]
+    assert [int(text(r["key"]) or "") for r in nacked] == [3, 13, 23, 33]
+    assert {r["metadata"]["conduit.dlq.nack.error"] for r in nacked} == {"rejected"}
+    assert len(read_jsonl(tmp_path / "out")) == 36
+
+
+def test_refused_credentials_are_fatal_and_never_shown() -> None:
+    from airflow_conduit.engine.connectors.nats._common import Connection
+    from airflow_conduit.errors import FatalError
+    from tests.servers.nats import start_nats
+
+    server = start_nats(user="alice", password="right-Pw-1")
+    try:
+        wrong = Connection(urls=(server.url.replace("nats://", "nats://alice:wrong-Pw-2@"),))
+        with pytest.raises(FatalError) as caught:
+            asyncio.run(wrong.connect(reconnect=True, code="source_failed"))
+        assert "refused the credentials" in str(caught.value) and "wrong-Pw-2" not in str(caught.value)
+    finally:
+        server.stop()
+        shutil.rmtree(server.root, ignore_errors=True)
