@@ -6,7 +6,18 @@ by the spec, and one line below. Pure, like the specs: the config layer reads it
 
 from __future__ import annotations
 
-from .settings import fanout, file, generator, javascript, log, postgres, processors, python, webhook
+from .settings import (
+    fanout,
+    file,
+    generator,
+    javascript,
+    log,
+    postgres,
+    processors,
+    python,
+    rabbitmq,
+    webhook,
+)
 from .spec import PluginKind, PluginSpec
 
 BUILTIN: tuple[PluginSpec, ...] = (
@@ -16,6 +27,8 @@ BUILTIN: tuple[PluginSpec, ...] = (
     log.DESTINATION,
     postgres.SOURCE,
     postgres.DESTINATION,
+    rabbitmq.SOURCE,
+    rabbitmq.DESTINATION,
     python.DESTINATION,
     processors.FIELD_SET,
     processors.FIELD_RENAME,
