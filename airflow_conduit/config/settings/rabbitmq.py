@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..spec import PluginSettings, PluginSpec
-from ._common import DestinationSettings, GoTemplateText, RequiredStr
+from ._common import DestinationSettings, GoTemplateText, RequiredStr, go_duration
 from .sdk import SourceSdkSettings
 
 NAME = "standalone:rabbitmq"
@@ -77,8 +77,13 @@ class RabbitmqSourceSettings(SourceSdkSettings, _Connection):
     consumer_no_wait: bool = Field(False, alias="consumer.noWait")
     """Accepted: the consumer is always registered waiting for the server."""
     idle_wait: float = Field(0.5, gt=0, alias="idleWait")
-    """Extension: seconds a micro-batch waits for messages to arrive before it goes ahead with fewer
-    (an empty queue: the run is idle)."""
+    """Extension: how long (a Go duration) a micro-batch waits for more messages to arrive before it
+    goes ahead with fewer (an empty queue: the run is idle)."""
+
+    @field_validator("idle_wait", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return go_duration(str(value))
 
     @field_validator("consumer_auto_ack")
     @classmethod

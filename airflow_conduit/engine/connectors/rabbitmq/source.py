@@ -172,6 +172,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._rows: dict[int, tuple] = {}  # delivery tag -> row, delivered and not yet acked
         self._planned = 0  # the last tag put in an offset
         self._acked = 0
+        self._consuming = False
         self._available_now = False
         self._budget: int | None = None  # AvailableNow: messages this run may still plan
 
@@ -198,15 +199,24 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 exclusive=config.exclusive,
             )
             channel.basic_qos(prefetch_count=config.prefetch)
-            channel.basic_consume(
+        self._channel = channel
+        return channel
+
+    def _consume(self) -> None:
+        """Start the consumer (after ``prepareForTriggerAvailableNow`` counted the queue: from now on
+        the server moves up to ``prefetch`` messages from ready to unacked)."""
+        if self._consuming:
+            return
+        config = self.config
+        with self._context("cannot consume"):
+            self._open().basic_consume(
                 config.queue,
                 self._delivered,
                 auto_ack=False,
                 exclusive=config.consumer_exclusive,
                 consumer_tag=config.consumer_name or None,
             )
-        self._channel = channel
-        return channel
+        self._consuming = True
 
     def _delivered(self, channel: Any, method: Any, props: Any, body: bytes) -> None:
         self._rows[method.delivery_tag] = message_row(self.config.queue, self.run, method, props, body)
@@ -216,7 +226,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _pump(self, want: int) -> None:
         """Take deliveries until ``want`` wait to be planned, or none came for ``idle_wait`` seconds."""
-        self._open()
+        self._consume()
         with self._context("cannot read messages"):
             self._ack_committed()
             last_change, seen = time.monotonic(), self._waiting()
@@ -238,7 +248,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self._context("cannot read the queue's depth"):
             self._open()
             declared = self._channel.queue_declare(self.config.queue, passive=True)
-        self._budget = int(declared.method.message_count)
+        self._budget = int(declared.method.message_count) + self._waiting()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         if stop_requested(self.stop_file):
@@ -300,7 +310,7 @@ class RabbitmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 with self._context("cannot ack on stop"):
                     self._ack_committed()
         finally:
-            conn, self._conn, self._channel = self._conn, None, None
+            conn, self._conn, self._channel, self._consuming = self._conn, None, None, False
             if conn is not None and conn.is_open:
                 try:
                     conn.close()
