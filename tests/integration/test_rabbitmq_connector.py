@@ -70,7 +70,9 @@ def publish(node: RabbitNode, queue: str, bodies: list[bytes], **properties: Any
         channel.queue_declare(queue, durable=True)
         channel.confirm_delivery()
         for i, body in enumerate(bodies):
-            props = pika.BasicProperties(message_id=f"id-{i}", headers={"n": str(i)}, **properties)
+            props = pika.BasicProperties(
+                message_id=f"id-{i}", headers={"n": str(i)}, delivery_mode=2, **properties
+            )
             channel.basic_publish("", queue, body, props)
     finally:
         conn.close()
@@ -304,7 +306,7 @@ def test_destination_server_stopped_mid_run_then_completes(rabbit, run_yaml, tmp
     text = DESTINATION_PIPELINE.replace("URL", rabbit.url()).replace("QUEUE", queue).replace("COUNT", "30")
     text += stopper(rabbit, tmp_path / "code", '"name"').replace("    processors:\n", "")
     # The stopper runs after field.set, on the first record: the batch cannot be published.
-    text = text.replace('function: rabbit_stopper:stop_at', 'function: rabbit_stopper:stop_at')
+    text = text.replace("function: rabbit_stopper:stop_at", "function: rabbit_stopper:stop_at")
     try:
         failed = run_yaml(text)
     finally:

@@ -29,7 +29,7 @@ from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.rabbitmq._common import Server, classified, connect, safe_url
 from airflow_conduit.engine.connectors.record_format import serializer
 from airflow_conduit.errors import Code, FatalError
-from airflow_conduit.record import record_text_sql
+from airflow_conduit.record import ORDER_COLUMNS, record_text_sql
 
 if TYPE_CHECKING:
     from airflow_conduit.config.settings.rabbitmq import RabbitmqDestinationSettings
@@ -70,7 +70,9 @@ def _messages(
         template = Template.parse(routing_key) if "{{" in routing_key else None
         for arrow_batch in batches:
             rows = ArrowRecords(arrow_batch)
-            seqs, pieces = arrow_batch.column("_seq").to_pylist(), arrow_batch.column("_piece").to_pylist()
+            seqs = arrow_batch.column("_seq").to_pylist()
+            has_pieces = "_piece" in arrow_batch.schema.names  # the DLQ's records have no pieces
+            pieces = arrow_batch.column("_piece").to_pylist() if has_pieces else [None] * len(seqs)
             out: dict[str, list[Any]] = {
                 name: [] for name in ("body", "routing_key", "headers", "message_id", "created_at")
             }
@@ -279,7 +281,7 @@ def stage(records: DataFrame, settings: RabbitmqDestinationSettings, delivery: D
     target = Target.from_settings(settings)
     publisher = _publishers.setdefault(target, _Publisher(target))
     publisher.channel()  # a missing queue or a bad password stops the batch before it is decided
-    columns = [*record_text_sql(), "_seq", "_piece"]
+    columns = [*record_text_sql(), *(c for c in ORDER_COLUMNS if c in records.columns)]
     mapper = _messages(settings.output_format, settings.routing_key, delivery.hash or delivery.generation)
     messages = records.selectExpr(*columns).mapInArrow(mapper, MESSAGE_SCHEMA).persist()
     messages.write.format("noop").mode("overwrite").save()
