@@ -15,7 +15,7 @@ import pika
 import pytest
 
 from tests.conftest import read_jsonl
-from tests.servers.rabbitmq import PASSWORD, RabbitNode, rabbit  # noqa: F401 - the fixture
+from tests.servers.rabbitmq import PASSWORD, RabbitNode, rabbit_node  # noqa: F401 - the `rabbit` fixture
 
 SOURCE_PIPELINE = """
 version: "2.2"
@@ -271,13 +271,15 @@ def stopper(node: RabbitNode, directory: Path, mark: str) -> str:
     directory.mkdir()
     (directory / "env.json").write_text(json.dumps(node.env()))
     code = STOPPER.replace("MARK", repr(mark)).replace("CTL", repr(str(CTL)))
-    (directory / "rabbit_stopper.py").write_text(code)
+    # A module name of its own: Spark's Python workers live on, with the modules they imported.
+    module = f"rabbit_stopper_{uuid.uuid4().hex[:8]}"
+    (directory / f"{module}.py").write_text(code)
     return f"""
     processors:
       - id: stopper
         plugin: custom.python
         settings:
-          function: rabbit_stopper:stop_at
+          function: {module}:stop_at
           path: "{directory}"
 """
 
@@ -305,8 +307,7 @@ def test_destination_server_stopped_mid_run_then_completes(rabbit, run_yaml, tmp
     queue = fresh_queue()
     text = DESTINATION_PIPELINE.replace("URL", rabbit.url()).replace("QUEUE", queue).replace("COUNT", "30")
     text += stopper(rabbit, tmp_path / "code", '"name"').replace("    processors:\n", "")
-    # The stopper runs after field.set, on the first record: the batch cannot be published.
-    text = text.replace("function: rabbit_stopper:stop_at", "function: rabbit_stopper:stop_at")
+    # The stopper runs after field.set: the node stops while the first batch is staged, before publish.
     try:
         failed = run_yaml(text)
     finally:

@@ -119,7 +119,9 @@ class RabbitNode:
 
     def queue_counts(self, queue: str) -> QueueCounts:
         """``messages_ready`` and ``messages_unacknowledged`` of a queue (zeros when it does not exist)."""
-        out = self.ctl("list_queues", "name", "messages_ready", "messages_unacknowledged", "--no-table-headers")
+        out = self.ctl(
+            "list_queues", "name", "messages_ready", "messages_unacknowledged", "--no-table-headers"
+        )
         for line in out.splitlines():
             parts = line.split()
             if len(parts) == 3 and parts[0] == queue:
@@ -138,10 +140,7 @@ def start_node() -> RabbitNode:
         raise RuntimeError(f"{SERVER} not found: apt-get install rabbitmq-server")
     root = Path(tempfile.mkdtemp(prefix="conduit-rabbit-"))
     (root / "enabled_plugins").write_text("[].\n")
-    (root / "rabbitmq.conf").write_text(
-        "loopback_users = none\n"
-        "disk_free_limit.absolute = 50MB\n"
-    )
+    (root / "rabbitmq.conf").write_text("loopback_users = none\ndisk_free_limit.absolute = 50MB\n")
     (root / "rabbitmq-env.conf").write_text("")
     cookie = root / ".erlang.cookie"
     cookie.write_text(uuid.uuid4().hex)
@@ -163,8 +162,8 @@ def start_node() -> RabbitNode:
     return node
 
 
-@pytest.fixture(scope="session")
-def rabbit() -> Iterator[RabbitNode]:
+@pytest.fixture(scope="session", name="rabbit")
+def rabbit_node() -> Iterator[RabbitNode]:
     """A RabbitMQ node for the session (it takes seconds to start)."""
     node = start_node()
     try:
