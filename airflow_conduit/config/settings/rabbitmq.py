@@ -118,7 +118,8 @@ class RabbitmqDestinationSettings(DestinationSettings, _Connection):
     without ``rabbitmq.routingKey``): ``queue.name``."""
     delivery_content_type: str = Field("application/json", alias="delivery.contentType")
     delivery_content_encoding: str = Field("", alias="delivery.contentEncoding")
-    delivery_mode: Literal[1, 2] = Field(2, alias="delivery.deliveryMode")
+    delivery_mode: int = Field(2, ge=1, le=2, alias="delivery.deliveryMode")
+    """1: transient, 2: persistent."""
     delivery_priority: int = Field(0, ge=0, le=9, alias="delivery.priority")
     delivery_correlation_id: str = Field("", alias="delivery.correlationID")
     delivery_reply_to: str = Field("", alias="delivery.replyTo")
