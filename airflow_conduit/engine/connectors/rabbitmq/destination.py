@@ -169,12 +169,25 @@ class _Publisher:
         self._conn: Any = None
         self._channel: Any = None
 
+    def _alive(self) -> bool:
+        """The channel is open, as far as a look at the socket tells (the server may have closed it
+        while the pipeline was idle: a broker restart)."""
+        if self._channel is None or not self._channel.is_open or not self._conn.is_open:
+            return False
+        try:
+            self._conn.process_data_events(time_limit=0)
+        except Exception:  # any failure here means: connect again
+            return False
+        return bool(self._channel.is_open)
+
     def channel(self) -> Any:
-        if self._channel is not None and self._channel.is_open and self._conn.is_open:
+        if self._alive():
             return self._channel
         self.close()
         target = self.target
-        self._conn = connect(target.server, Code.DESTINATION_FAILED)
+        # No heartbeats: between batches nothing services this connection, and a server that closed it
+        # for missed heartbeats would fail the next batch for nothing.
+        self._conn = connect(target.server, Code.DESTINATION_FAILED, heartbeat=0)
         with classified(
             target.server.url, self._context("cannot declare the queue or exchange"), Code.DESTINATION_FAILED
         ):
