@@ -14,6 +14,8 @@ from typing import Any
 import pika
 import pytest
 
+from airflow_conduit.batch_log import read_batches
+from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
 from tests.servers.rabbitmq import PASSWORD, RabbitNode, rabbit_node  # noqa: F401 - the `rabbit` fixture
 
@@ -127,6 +129,9 @@ def test_source_reads_every_message_in_order_and_acks_after_commit(rabbit, run_y
     assert len({(p["run"], p["deliveryTag"]) for p in positions}) == 30
     assert all(p["queueName"] == queue for p in positions)
     assert payload["batches"] >= 5  # maxRecordsPerBatch 7
+    # The queue's depth is the source's lag in the batch log: it ends at zero.
+    lags = [e.lag["rabbit-in:mq"] for e in read_batches(PipelineState(tmp_path / "state", "rabbit-in"))]
+    assert {lag.unit for lag in lags} == {"messages"} and lags[-1].value == 0 and lags[0].value > 0
     # Every message acked, the last batch's too: nothing ready, nothing unacked.
     counts = rabbit.queue_counts(queue)
     assert (counts.ready, counts.unacked) == (0, 0)

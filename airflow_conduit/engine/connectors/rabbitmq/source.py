@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
@@ -356,3 +357,38 @@ class RabbitmqDataSource(DataSource):
 
 def read_stream(spark: SparkSession, settings: RabbitmqSourceSettings, ctx: SourceContext) -> DataFrame:
     return read_python_source(spark, RabbitmqDataSource, Config.from_settings(settings), ctx)
+
+
+class QueueLag:
+    """The queue's depth at the end of a batch: its ready messages (``queue.declare`` passive), on a
+    connection of the engine's own kept for the run. Messages delivered to the reader but not yet acked
+    (the next batch's) are not counted: they left the ready list."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._conn: Any = None
+        self._channel: Any = None
+
+    def lag(self, end: Any) -> SourceLag | None:
+        try:
+            if self._channel is None or not self._channel.is_open:
+                self.close()
+                self._conn = connect(self.config.server, Code.SOURCE_FAILED, heartbeat=0)
+                self._channel = self._conn.channel()
+            declared = self._channel.queue_declare(self.config.queue, passive=True)
+        except BaseException:
+            self.close()  # a fresh connection next time
+            raise
+        return SourceLag(float(declared.method.message_count), "messages")
+
+    def close(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if conn is not None and conn.is_open:
+            try:
+                conn.close()
+            except Exception as error:  # a broken connection: nothing left to release
+                logger.debug("rabbitmq lag: close failed: %s", type(error).__name__)
+
+
+def lag_reader(settings: RabbitmqSourceSettings) -> QueueLag:
+    return QueueLag(Config.from_settings(settings))
