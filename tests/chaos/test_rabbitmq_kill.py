@@ -24,7 +24,8 @@ from tests.conftest import read_jsonl
 from tests.integration.test_rabbitmq_connector import publish
 from tests.servers.rabbitmq import RabbitNode, rabbit_node  # noqa: F401 - the `rabbit` fixture
 
-pytestmark = pytest.mark.chaos
+# Four CLI runs, each starting Spark: minutes on a busy machine.
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1800)]
 
 CLI = [sys.executable, "-m", "airflow_conduit.cli"]
 MESSAGES = 400
@@ -41,7 +42,7 @@ pipelines:
         settings:
           url: "{url}"
           queue.name: {queue}
-          maxRecordsPerBatch: 25
+          maxRecordsPerBatch: 40
           idleWait: 300ms
       - id: out
         type: destination
