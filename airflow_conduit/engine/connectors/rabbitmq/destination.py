@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.connectors.rabbitmq._common import Server, classified, connect, safe_url
+from airflow_conduit.engine.connectors.rabbitmq.confirms import ConfirmingChannel, Unconfirmed
 from airflow_conduit.engine.connectors.record_format import serializer
 from airflow_conduit.errors import Code, FatalError
 from airflow_conduit.record import ORDER_COLUMNS, record_text_sql
@@ -168,6 +169,7 @@ class _Publisher:
         self.target = target
         self._conn: Any = None
         self._channel: Any = None
+        self._confirming: ConfirmingChannel | None = None
 
     def _alive(self) -> bool:
         """The channel is open, as far as a look at the socket tells (the server may have closed it
@@ -192,7 +194,6 @@ class _Publisher:
             target.server.url, self._context("cannot declare the queue or exchange"), Code.DESTINATION_FAILED
         ):
             channel = self._conn.channel()
-            channel.confirm_delivery()
             channel.queue_declare(
                 target.queue,
                 passive=target.queue_skip_declare,
@@ -215,6 +216,8 @@ class _Publisher:
                         )
                 else:
                     channel.exchange_declare(target.exchange, passive=True)
+            # Confirm mode last: the declarations above are not publishes.
+            self._confirming = ConfirmingChannel.open(self._conn, channel)
         self._channel = channel
         return channel
 
@@ -223,41 +226,37 @@ class _Publisher:
 
     def publish(self, messages: DataFrame) -> int:
         import pika
-        import pika.exceptions as amqp
 
         target = self.target
         base = dict(target.properties)
         count = 0
-        channel = self.channel()
+        self.channel()
+        confirming = self._confirming
+        assert confirming is not None
         with classified(target.server.url, self._context("cannot publish"), Code.DESTINATION_FAILED):
-            for row in messages.toLocalIterator():
-                properties = pika.BasicProperties(
-                    **base,
-                    message_id=row.message_id,
-                    headers=json.loads(row.headers) if row.headers else None,
-                    timestamp=row.created_at,
-                )
-                key = (
-                    target.static_routing_key
-                    if target.static_routing_key is not None
-                    else (row.routing_key or target.queue)
-                )
-                try:
-                    channel.basic_publish(
-                        target.exchange, key, bytes(row.body), properties, mandatory=target.mandatory
+            try:
+                for row in messages.toLocalIterator():
+                    properties = pika.BasicProperties(
+                        **base,
+                        message_id=row.message_id,
+                        headers=json.loads(row.headers) if row.headers else None,
+                        timestamp=row.created_at,
                     )
-                except amqp.UnroutableError:
-                    raise FatalError(
-                        self._context(
-                            f"a message with routing key {key!r} reached no queue (delivery.mandatory): bind a queue for it"
-                        ),
-                        code=Code.DESTINATION_FAILED,
-                    ) from None
-                count += 1
+                    key = target.static_routing_key
+                    if key is None:
+                        key = row.routing_key or target.queue
+                    confirming.publish(target.exchange, key, bytes(row.body), properties, target.mandatory)
+                    count += 1
+                confirming.wait_all()
+            except Unconfirmed as error:
+                raise FatalError(
+                    self._context(f"{error}: bind a queue for the routing key, or check the server's log"),
+                    code=Code.DESTINATION_FAILED,
+                ) from None
         return count
 
     def close(self) -> None:
-        conn, self._conn, self._channel = self._conn, None, None
+        conn, self._conn, self._channel, self._confirming = self._conn, None, None, None
         if conn is not None and conn.is_open:
             try:
                 conn.close()
