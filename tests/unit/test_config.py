@@ -300,7 +300,7 @@ def test_unknown_plugin_lists_known_plugins() -> None:
     assert found.line == line_of(text, "builtin:x")
     assert (
         found.message
-        == "unknown plugin 'builtin:x' (known: builtin:file, builtin:generator, builtin:log, builtin:postgres, builtin:s3, custom.python, standalone:redis)"
+        == "unknown plugin 'builtin:x' (known: builtin:file, builtin:generator, builtin:log, builtin:postgres, builtin:s3, custom.python, standalone:nats, standalone:rabbitmq, standalone:redis)"
     )
 
 
@@ -397,7 +397,7 @@ def test_dlq_plugin_must_be_a_destination() -> None:
     found = issue_at(issues(text), "pipelines[0].dead-letter-queue.plugin")
     assert found.line == line_of(text, "plugin: builtin:generator", 2)
     assert (
-        "(known: builtin:file, builtin:log, builtin:postgres, builtin:s3, custom.python, standalone:redis)"
+        "(known: builtin:file, builtin:log, builtin:postgres, builtin:s3, custom.python, standalone:nats, standalone:rabbitmq, standalone:redis)"
         in found.message
     )
 

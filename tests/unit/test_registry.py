@@ -51,7 +51,9 @@ def test_lookups():
     assert spark_sources() == [
         "conduit_file",
         "conduit_generator",
+        "conduit_nats",
         "conduit_postgres",
+        "conduit_rabbitmq",
         "conduit_redis",
         "conduit_s3",
     ]
@@ -60,6 +62,8 @@ def test_lookups():
         "builtin:generator",
         "builtin:postgres",
         "builtin:s3",
+        "standalone:nats",
+        "standalone:rabbitmq",
         "standalone:redis",
     ]
     assert set(PLUGINS["custom.python"]) == {"processor", "destination"}

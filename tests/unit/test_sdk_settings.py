@@ -21,6 +21,8 @@ REQUIRED = {
     "builtin:postgres": {"url": "postgresql://u:p@localhost:5432/db", "tables": "t", "table": "t"},
     "custom.python": {"function": "json:dumps"},
     "standalone:redis": {"redis.key": "k", "mode": "stream"},
+    "standalone:nats": {"urls": "nats://127.0.0.1:4222", "subject": "s", "stream": "S"},
+    "standalone:rabbitmq": {"url": "amqp://127.0.0.1:5672", "queue.name": "q"},
     "builtin:s3": {
         "aws.accessKeyId": "id",
         "aws.secretAccessKey": "secret",
@@ -37,6 +39,8 @@ def required(spec: PluginSpec) -> dict[str, str]:
         given.pop("table" if spec.kind == "source" else "tables")
     if spec.name == "builtin:s3" and spec.kind == "source":  # format is the destination's
         given.pop("format")
+    if spec.name == "standalone:nats" and spec.kind == "destination":  # stream is the source's
+        given.pop("stream")
     return given
 
 

@@ -1,0 +1,1 @@
+"""``standalone:rabbitmq``: the source (:mod:`.source`) and the destination (:mod:`.destination`)."""
