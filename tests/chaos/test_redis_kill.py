@@ -24,7 +24,7 @@ pytestmark = pytest.mark.chaos
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "airflow_conduit.cli"]
-ENTRIES, BATCH, KILLS = 1200, 40, 3
+ENTRIES, BATCH, KILLS = 600, 40, 3
 GROUP = "conduit-rk-in"
 
 
