@@ -12,9 +12,7 @@ The pipeline figures include the micro-batches' fixed costs (query start, offset
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import shutil
 import sys
 import tempfile
@@ -127,12 +125,9 @@ pipelines:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    figures = bench(parser.parse_args().records)
-    for name, value in figures.items():
-        print(f"{name:34} {value:,.2f}" if isinstance(value, float) else f"{name:34} {value}")
-    print(json.dumps(figures))
+    from brokers import run_one
+
+    run_one("nats", bench)
 
 
 if __name__ == "__main__":

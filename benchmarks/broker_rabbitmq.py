@@ -12,12 +12,11 @@ On a throwaway RabbitMQ node (tests/servers/rabbitmq.py), ``n`` messages each wa
 
 Printed as messages/s and the ratios (a)/(c_read), (b)/(c_write). ``bench(n)`` returns them as a dict.
 
-    .venv/bin/python benchmarks/broker_rabbitmq.py [--messages N]
+    .venv/bin/python benchmarks/broker_rabbitmq.py [--records N]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -157,11 +156,11 @@ def bench(n: int = 20_000) -> dict[str, float]:
         destination_rate = n / seconds
         assert node.queue_counts("bench-out").ready == n
         return {
-            "messages": n,
-            "source_to_file_per_s": source_rate,
-            "file_to_destination_per_s": destination_rate,
-            "pika_read_per_s": read_ceiling,
-            "pika_write_per_s": write_ceiling,
+            "records": n,
+            "source_to_file_msgs_per_s": source_rate,
+            "file_to_destination_msgs_per_s": destination_rate,
+            "client_read_msgs_per_s": read_ceiling,
+            "client_write_msgs_per_s": write_ceiling,
             "source_ratio": source_rate / read_ceiling,
             "destination_ratio": destination_rate / write_ceiling,
         }
@@ -171,18 +170,9 @@ def bench(n: int = 20_000) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000)
-    args = parser.parse_args()
-    result = bench(args.messages)
-    n = result["messages"]
-    print(f"rabbitmq, {n} messages each way")
-    print(f"(a) rabbitmq source -> file:       {result['source_to_file_per_s']:>10,.0f} msg/s")
-    print(f"(b) file -> rabbitmq destination:  {result['file_to_destination_per_s']:>10,.0f} msg/s")
-    print(f"(c) pika read (manual acks):       {result['pika_read_per_s']:>10,.0f} msg/s")
-    print(f"(c) pika write (no confirms):      {result['pika_write_per_s']:>10,.0f} msg/s")
-    print(f"(a)/(c_read)  = {result['source_ratio']:.3f}")
-    print(f"(b)/(c_write) = {result['destination_ratio']:.3f}")
+    from brokers import run_one
+
+    run_one("rabbitmq", bench)
 
 
 if __name__ == "__main__":

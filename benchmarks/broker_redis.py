@@ -10,12 +10,11 @@ On a throwaway Redis server (tests/servers/redis.py) and a local[2] SparkSession
 Messages of two string fields (``n``, ``word``). Prints messages/s and the ratios (a)/(c_read) and
 (b)/(c_write).
 
-    .venv/bin/python benchmarks/broker_redis.py [--messages N]
+    .venv/bin/python benchmarks/broker_redis.py [--records N]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import shutil
@@ -129,29 +128,20 @@ def bench(n: int = 100_000) -> dict[str, float]:
         destroy(server)
         shutil.rmtree(work, ignore_errors=True)
     return {
-        "source_to_file": a,
-        "file_to_destination": b,
-        "client_read": c_read,
-        "client_write": c_write,
+        "records": n,
+        "source_to_file_msgs_per_s": a,
+        "file_to_destination_msgs_per_s": b,
+        "client_read_msgs_per_s": c_read,
+        "client_write_msgs_per_s": c_write,
         "source_ratio": a / c_read,
         "destination_ratio": b / c_write,
     }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--messages", type=int, default=100_000)
-    args = parser.parse_args()
-    result = bench(args.messages)
-    print(f"redis, {args.messages} messages (messages/s):")
-    print(f"  (a) redis source -> file:       {result['source_to_file']:>10,.0f}")
-    print(f"  (b) file -> redis destination:  {result['file_to_destination']:>10,.0f}")
-    print(f"  (c) redis-py read (group, ack): {result['client_read']:>10,.0f}")
-    print(f"  (c) redis-py write (XADD):      {result['client_write']:>10,.0f}")
-    print(f"  (a)/(c_read)  {result['source_ratio']:.2f}")
-    print(f"  (b)/(c_write) {result['destination_ratio']:.2f}")
+    from brokers import run_one
+
+    run_one("redis", bench)
 
 
 if __name__ == "__main__":

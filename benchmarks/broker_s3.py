@@ -11,7 +11,7 @@ Against moto's S3 server on 127.0.0.1 (tests/servers/moto_s3.py), same run, same
 
 Printed as messages/s and the ratios (a)/(c_read), (b)/(c_write). ``bench(n)`` returns them as a dict.
 
-    .venv/bin/python benchmarks/broker_s3.py [N]
+    .venv/bin/python benchmarks/broker_s3.py [--records N]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def bench(n: int = 2000) -> dict[str, float]:
     finally:
         server.stop()
     return {
-        "n": n,
+        "records": n,
         "source_to_file_msgs_per_s": a,
         "file_to_destination_msgs_per_s": b,
         "client_read_msgs_per_s": c_read,
@@ -146,17 +146,9 @@ def bench(n: int = 2000) -> dict[str, float]:
 
 
 def main() -> None:
-    import logging
+    from brokers import run_one
 
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
-    result = bench(n)
-    print(f"builtin:s3 (moto), {n} messages")
-    print(f"(a) s3 source -> file:         {result['source_to_file_msgs_per_s']:>12,.0f} msg/s")
-    print(f"(b) file -> s3 destination:    {result['file_to_destination_msgs_per_s']:>12,.0f} msg/s")
-    print(f"(c) boto3 read (list + get):   {result['client_read_msgs_per_s']:>12,.0f} msg/s")
-    print(f"(c) boto3 write (put objects): {result['client_write_msgs_per_s']:>12,.0f} msg/s")
-    print(f"(a)/(c_read) = {result['source_ratio']:.3f}   (b)/(c_write) = {result['destination_ratio']:.3f}")
+    run_one("s3", bench)
 
 
 if __name__ == "__main__":
