@@ -233,11 +233,19 @@ def replay_command(pipeline_file: str, state: PipelineState, ids: Iterable[str],
 def run_replay(
     argv: list[str], *, env: Mapping[str, str], cwd: str | None
 ) -> tuple[int, str, dict[str, Any]]:
-    """Run the replay; returns its exit code, its output (both streams) and its summary (last stdout line)."""
+    """Run the CLI (``replay`` or ``inspect``); returns its exit code, its output (both streams) and its
+    JSON result: the whole of stdout (``inspect --json`` prints indented JSON), else its last JSON line
+    (``replay``'s summary)."""
     proc = subprocess.run(  # noqa: S603 - our own CLI
         argv, env=dict(env), cwd=cwd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False
     )
     summary: dict[str, Any] = {}
+    try:
+        whole = json.loads(proc.stdout)
+    except ValueError:
+        whole = None
+    if isinstance(whole, dict):
+        return proc.returncode, proc.stdout + proc.stderr, whole
     for line in reversed(proc.stdout.splitlines()):
         try:
             parsed = json.loads(line)

@@ -248,3 +248,63 @@ def test_nothing_to_review_when_the_pipeline_is_not_degraded(dlq_run) -> None:
     result = op.execute({})
     assert (result["records"], result["action"], result["skipped"]) == (0, "leave", 0)
     assert reviewed(dlq_run["state"]) == []
+
+
+POISON_CHECK = """
+import random
+
+from airflow_conduit.errors import FatalError
+
+CALLS = []
+
+
+def check(record):
+    # A service that stamps each record with a random value, and refuses amounts that are multiples of 7.
+    CALLS.append(1)
+    if record["payload"]["after"]["amount"] % 7 == 0:
+        raise FatalError("the ledger refuses amounts that are multiples of 7")
+    record["payload"]["after"]["stamp"] = random.random()
+    return record
+"""
+
+
+def test_degraded_by_a_fatal_error_lists_the_stopped_batch_and_resumes_past_the_acknowledged(
+    run_yaml, tmp_path: Path
+) -> None:
+    """A FatalError names the node, not the record: the review lists every record of the batch it
+    stopped on (``airflow-conduit inspect``); the person keeps the poison ones in ``positions``, and on
+    acknowledge the resumed pipeline writes every other record and never the acknowledged ones."""
+    (tmp_path / "poison_check.py").write_text(POISON_CHECK)
+    text = pipeline_text(tmp_path, modulus=FIXED, records=12).replace(
+        "    processors:\n",
+        f"    processors:\n      - id: ledger\n        plugin: custom.python\n        settings:\n"
+        f"          function: poison_check:check\n          path: {tmp_path}\n",
+    )
+    payload = run_yaml(text)
+    assert payload["exit_code"] == 1 and payload["error"]["code"] == "processor_fatal", payload
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text(text)
+    state = PipelineState.of(tmp_path / "state", "review-orders")
+    op = ConduitDLQReviewOperator(
+        task_id="review_degraded",
+        pipeline_file=str(pipeline_file),
+        pipeline_id="review-orders",
+        state_dir=str(state.state_dir),
+        review="poison",
+    )
+    records = op.prepare({})
+    assert len(records) == 12  # the whole stopped batch: the engine cannot say which record it was
+    assert {r.node for r in records} == {"review-orders:ledger"}
+    assert all("multiples of 7" in (r.error or "") for r in records)
+    poison = [r.position for r in records if r.record and r.record["payload"]["after"]["amount"] % 7 == 0]
+    assert poison, "the seed gives at least one multiple of 7"
+    outcome = op.execute_complete(
+        {}, answer("acknowledge", reason="refused by the ledger", positions=",".join(poison))
+    )
+    assert (outcome["skipped"], outcome["resume"]) == (len(poison), True), outcome
+    resumed = run_yaml(text)
+    assert resumed["exit_code"] == 0, resumed
+    written = read_jsonl(tmp_path / "out")
+    assert len(written) == 12 - len(poison)
+    assert all(r["payload"]["after"]["amount"] % 7 != 0 for r in written)
+    assert all("stamp" in r["payload"]["after"] for r in written)
