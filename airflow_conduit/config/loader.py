@@ -569,6 +569,11 @@ _NOT_SERVED = {
         "cohere.",
     ): "the AI processors need a model server, which these machines cannot run",
     ("avro.",): "avro.encode/avro.decode need a schema registry, which is not supported",
+    ("kafka",): (
+        "no Kafka-compatible broker and no Spark Kafka connector can be installed where this product is "
+        "built and tested, so it ships no Kafka connector (the brokers served: standalone:nats, "
+        "standalone:redis, standalone:rabbitmq)"
+    ),
 }
 
 

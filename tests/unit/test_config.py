@@ -739,3 +739,10 @@ def test_conduit_builtins_not_served_say_why(plugin: str, why: str) -> None:
     [issue] = issues(pipeline(processors=f"      - {{id: x, plugin: {plugin}}}\n"))
     assert issue.field_path == "pipelines[0].processors[0].plugin"
     assert "is a Conduit plugin not served here" in issue.message and why in issue.message
+
+
+@pytest.mark.parametrize("plugin", ["builtin:kafka", "kafka", "kafka@v0.12.5"])
+def test_kafka_is_refused_saying_why(plugin: str) -> None:
+    text = pipeline().replace("plugin: builtin:generator", f"plugin: {plugin}", 1)
+    found = issues(text)
+    assert any("not served here" in i.message and "Kafka" in i.message for i in found), found
