@@ -23,6 +23,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+from brokers import figures, run_one  # noqa: E402  (this folder is on sys.path when run)
+
 from tests.servers.nats import NatsServer, start_nats  # noqa: E402
 
 BODY = b'{"id": %d, "customer": "customer-%d", "amount_cents": 1234, "express": true}'
@@ -106,18 +108,7 @@ pipelines:
         write_s = _run(spark, destination, workdir / "b")
         client_read_s = asyncio.run(_client_read(server.url, n))
         client_write_s = asyncio.run(_client_write(server.url, n))
-        figures = {
-            "records": n,
-            "source_to_file_msgs_per_s": n / read_s,
-            "file_to_destination_msgs_per_s": n / write_s,
-            "client_read_msgs_per_s": n / client_read_s,
-            "client_write_msgs_per_s": n / client_write_s,
-        }
-        figures["source_ratio"] = figures["source_to_file_msgs_per_s"] / figures["client_read_msgs_per_s"]
-        figures["destination_ratio"] = (
-            figures["file_to_destination_msgs_per_s"] / figures["client_write_msgs_per_s"]
-        )
-        return figures
+        return figures(n, n / read_s, n / write_s, n / client_read_s, n / client_write_s)
     finally:
         server.stop()
         shutil.rmtree(server.root, ignore_errors=True)
@@ -125,8 +116,6 @@ pipelines:
 
 
 def main() -> None:
-    from brokers import run_one
-
     run_one("nats", bench)
 
 

@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from brokers import figures, run_one  # noqa: E402  (this folder is on sys.path when run)
+
 from tests.servers.rabbitmq import RabbitNode, start_node  # noqa: E402
 
 BATCH = 10_000
@@ -155,23 +157,13 @@ def bench(n: int = 20_000) -> dict[str, float]:
         assert payload["exit_code"] == 0 and payload["records"]["read"] == n, payload
         destination_rate = n / seconds
         assert node.queue_counts("bench-out").ready == n
-        return {
-            "records": n,
-            "source_to_file_msgs_per_s": source_rate,
-            "file_to_destination_msgs_per_s": destination_rate,
-            "client_read_msgs_per_s": read_ceiling,
-            "client_write_msgs_per_s": write_ceiling,
-            "source_ratio": source_rate / read_ceiling,
-            "destination_ratio": destination_rate / write_ceiling,
-        }
+        return figures(n, source_rate, destination_rate, read_ceiling, write_ceiling)
     finally:
         spark.stop()
         node.destroy()
 
 
 def main() -> None:
-    from brokers import run_one
-
     run_one("rabbitmq", bench)
 
 

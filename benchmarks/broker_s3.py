@@ -27,6 +27,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO)]
 
+from brokers import figures, run_one  # noqa: E402  (this folder is on sys.path when run)
+
 from tests.servers.moto_s3 import MotoS3  # noqa: E402
 
 BATCH = 10_000
@@ -134,20 +136,10 @@ def bench(n: int = 2000) -> dict[str, float]:
             c_write = n / (time.perf_counter() - started)
     finally:
         server.stop()
-    return {
-        "records": n,
-        "source_to_file_msgs_per_s": a,
-        "file_to_destination_msgs_per_s": b,
-        "client_read_msgs_per_s": c_read,
-        "client_write_msgs_per_s": c_write,
-        "source_ratio": a / c_read,
-        "destination_ratio": b / c_write,
-    }
+    return figures(n, a, b, c_read, c_write)
 
 
 def main() -> None:
-    from brokers import run_one
-
     run_one("s3", bench)
 
 

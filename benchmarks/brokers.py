@@ -34,6 +34,19 @@ HEADER = (
 )
 
 
+def figures(n: int, source: float, destination: float, read: float, write: float) -> dict[str, float]:
+    """One connector's figures (messages/s) and its two ratios, as every ``broker_<name>.bench`` returns them."""
+    return {
+        "records": n,
+        "source_to_file_msgs_per_s": source,
+        "file_to_destination_msgs_per_s": destination,
+        "client_read_msgs_per_s": read,
+        "client_write_msgs_per_s": write,
+        "source_ratio": source / read,
+        "destination_ratio": destination / write,
+    }
+
+
 def row(name: str, f: dict[str, Any]) -> str:
     return (
         f"| {name} | {int(f['records']):,} | {f['source_to_file_msgs_per_s']:,.0f} "

@@ -115,6 +115,20 @@ def reviewed(state: PipelineState) -> list[dict[str, Any]]:
     return [e for e in state.read_audit() if e["event"] == REVIEWED_EVENT]
 
 
+def poison_review(tmp_path: Path, text: str) -> tuple[ConduitDLQReviewOperator, PipelineState]:
+    """The review of a degraded pipeline whose file is ``text``."""
+    pipeline_file = tmp_path / "pipeline.yaml"
+    pipeline_file.write_text(text)
+    op = ConduitDLQReviewOperator(
+        task_id="review_degraded",
+        pipeline_file=str(pipeline_file),
+        pipeline_id="review-orders",
+        state_dir=str(tmp_path / "state"),
+        review="poison",
+    )
+    return op, PipelineState.of(tmp_path / "state", "review-orders")
+
+
 def test_form_shows_the_event_records_with_errors_and_nodes(dlq_run) -> None:
     op = operator(dlq_run, sample_size=3)
     records = op.prepare(context(dlq_run))
@@ -211,16 +225,7 @@ def test_degraded_pipeline_review_acknowledges_the_poison_record_and_resumes(
     text = pipeline_text(tmp_path, modulus=7, window=1, records=12)
     payload = run_yaml(text)
     assert payload["exit_code"] == 1 and payload["error"]["code"] == "dlq_threshold_exceeded", payload
-    pipeline_file = tmp_path / "pipeline.yaml"
-    pipeline_file.write_text(text)
-    state = PipelineState.of(tmp_path / "state", "review-orders")
-    op = ConduitDLQReviewOperator(
-        task_id="review_degraded",
-        pipeline_file=str(pipeline_file),
-        pipeline_id="review-orders",
-        state_dir=str(state.state_dir),
-        review="poison",
-    )
+    op, state = poison_review(tmp_path, text)
     records = op.prepare({})
     assert len(records) == 1
     poison = records[0]
@@ -282,16 +287,7 @@ def test_degraded_by_a_fatal_error_lists_the_stopped_batch_and_resumes_past_the_
     )
     payload = run_yaml(text)
     assert payload["exit_code"] == 1 and payload["error"]["code"] == "processor_fatal", payload
-    pipeline_file = tmp_path / "pipeline.yaml"
-    pipeline_file.write_text(text)
-    state = PipelineState.of(tmp_path / "state", "review-orders")
-    op = ConduitDLQReviewOperator(
-        task_id="review_degraded",
-        pipeline_file=str(pipeline_file),
-        pipeline_id="review-orders",
-        state_dir=str(state.state_dir),
-        review="poison",
-    )
+    op, state = poison_review(tmp_path, text)
     records = op.prepare({})
     assert len(records) == 12  # the whole stopped batch: the engine cannot say which record it was
     assert {r.node for r in records} == {"review-orders:ledger"}

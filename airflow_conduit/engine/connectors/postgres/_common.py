@@ -3,12 +3,11 @@ PostgreSQL's errors into transient (a restart may help) and fatal (a person has 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
+from airflow_conduit.engine.connectors._secrets import redact, safe_url
 from airflow_conduit.errors import Code, ConduitError, FatalError, TransientError
 
 # SQLSTATE classes (https://www.postgresql.org/docs/current/errcodes-appendix.html).
@@ -26,21 +25,6 @@ _FATAL_HINTS = {
 }
 _OBJECT_IN_USE = "55006"
 """Object in use: for these connectors, a replication slot active in another session (transient)."""
-_URL_PASSWORD = re.compile(r"(?P<scheme>postgres(?:ql)?://[^:/@\s]+):[^@\s]*@")
-
-
-def redact(text: str, url: str | None = None) -> str:
-    """``text`` with any password removed: the one in ``url`` wherever it appears, and any URL's."""
-    if url:
-        password = urlsplit(url).password
-        if password:
-            text = text.replace(password, "***")
-    return _URL_PASSWORD.sub(r"\g<scheme>:***@", text)
-
-
-def safe_url(url: str) -> str:
-    """The URL as it may appear in logs: user, host, port and database, never the password."""
-    return redact(url, url)
 
 
 def connect(url: str, code: str = Code.DESTINATION_FAILED, **kwargs: Any) -> Any:

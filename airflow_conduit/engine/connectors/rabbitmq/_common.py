@@ -3,17 +3,18 @@ errors into transient (a restart may help) and fatal (a person has to fix someth
 
 from __future__ import annotations
 
-import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
+from airflow_conduit.engine.connectors._secrets import redact, safe_url
 from airflow_conduit.errors import ConduitError, FatalError, TransientError
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>amqps?://[^:/@\s]+):[^@\s]*@")
+if TYPE_CHECKING:  # executors import this module: no pydantic there
+    from airflow_conduit.config.settings.rabbitmq import _Connection
+
 # AMQP reply codes (the AMQP 0-9-1 spec's constants) that a person must act on.
 _FATAL_REPLIES = {
     403: "access refused: give the user permissions on the vhost, queue and exchange",
@@ -35,19 +36,15 @@ class Server:
     tls_client_cert: str = ""
     tls_client_key: str = ""
 
-
-def redact(text: str, url: str | None = None) -> str:
-    """``text`` with any password removed: the one in ``url`` wherever it appears, and any URL's."""
-    if url:
-        password = urlsplit(url).password
-        if password:
-            text = text.replace(password, "***")
-    return _URL_PASSWORD.sub(r"\g<scheme>:***@", text)
-
-
-def safe_url(url: str) -> str:
-    """The URL as it may appear in logs: user, host, port and vhost, never the password."""
-    return redact(url, url)
+    @classmethod
+    def of(cls, settings: _Connection) -> Server:
+        return cls(
+            settings.url,
+            settings.tls_enabled,
+            settings.tls_ca_cert,
+            settings.tls_client_cert,
+            settings.tls_client_key,
+        )
 
 
 def connect(server: Server, code: str, *, heartbeat: int | None = None) -> Any:

@@ -127,13 +127,7 @@ class Target:
     def from_settings(cls, settings: RabbitmqDestinationSettings) -> Target:
         key = settings.routing_key
         return cls(
-            server=Server(
-                settings.url,
-                settings.tls_enabled,
-                settings.tls_ca_cert,
-                settings.tls_client_cert,
-                settings.tls_client_key,
-            ),
+            server=Server.of(settings),
             queue=settings.queue_name,
             queue_durable=settings.queue_durable,
             queue_auto_delete=settings.queue_auto_delete,

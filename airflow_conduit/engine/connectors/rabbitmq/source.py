@@ -79,13 +79,7 @@ class Config:
     def from_settings(cls, settings: RabbitmqSourceSettings) -> Config:
         prefetch = settings.prefetch
         return cls(
-            server=Server(
-                settings.url,
-                settings.tls_enabled,
-                settings.tls_ca_cert,
-                settings.tls_client_cert,
-                settings.tls_client_key,
-            ),
+            server=Server.of(settings),
             queue=settings.queue_name,
             durable=settings.queue_durable,
             auto_delete=settings.queue_auto_delete,
