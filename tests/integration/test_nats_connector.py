@@ -15,6 +15,8 @@ from tests.conftest import read_jsonl, text
 from tests.servers.nats import NatsServer
 from tests.servers.nats import nats_server as nats_server  # the fixture
 
+pytestmark = pytest.mark.brokers  # make brokers
+
 SOURCE_PIPELINE = """
 version: "2.2"
 pipelines:
@@ -31,8 +33,6 @@ pipelines:
 FLAKY_SINK = """
 import os
 from airflow_conduit.errors import TransientError
-
-pytestmark = pytest.mark.brokers  # make brokers
 
 def sink(records, delivery_hash):
     flag = os.environ["FLAKY_SINK_FLAG"]

@@ -19,6 +19,8 @@ from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
 from tests.servers.rabbitmq import PASSWORD, RabbitNode, rabbit_node  # noqa: F401 - the `rabbit` fixture
 
+pytestmark = pytest.mark.brokers  # make brokers
+
 SOURCE_PIPELINE = """
 version: "2.2"
 pipelines:
@@ -256,8 +258,6 @@ def test_auto_ack_is_refused_at_load(tmp_path) -> None:
 
 STOPPER = '''
 import json, os, subprocess
-
-pytestmark = pytest.mark.brokers  # make brokers
 
 def stop_at(record):
     """Stops the RabbitMQ node's AMQP side when the marked record passes (once)."""
