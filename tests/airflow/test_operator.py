@@ -421,7 +421,9 @@ def test_deferrable_sensor_polls_in_the_worker_before_it_defers(airflow_env, tmp
 def test_deferrable_sensor_defers_past_its_threshold(airflow_env, tmp_path):
     dag, state = sensor_dag(airflow_env, tmp_path, "sensor_long", "deferrable=True, deferral_threshold=1")
     state.write_status("running")
-    stopper = stop_later(state, 8)
+    # dag.test() starts the sensor 5-8 s after the run begins here, and over 10 s on a loaded machine: the
+    # pipeline stops well after that, so the sensor is past its 1 s threshold and has deferred.
+    stopper = stop_later(state, 30)
     r = airflow_env.run_dag(dag, "sensor_long")
     stopper.join()
     assert r["tasks"]["watch"]["state"] == "success"
