@@ -48,7 +48,7 @@ pipelines:
     connectors:
       - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 30, maxRecordsPerBatch: 10}}
       - {id: bus, type: destination, plugin: standalone:nats, settings: {urls: "%(url)s", subject: events.out}}
-      - {id: sink, type: destination, plugin: custom.python, settings: {function: "flaky_sink:sink", path: "{tmp}/udf"}}
+      - {id: sink, type: destination, plugin: custom.python, settings: {function: "nats_flaky_sink:sink", path: "{tmp}/udf"}}
 """
 
 
@@ -92,7 +92,7 @@ def test_an_unknown_stream_is_fatal_and_names_what_to_fix(run_yaml, nats_server:
 def test_a_replayed_batch_is_dropped_by_the_duplicate_window(run_yaml, tmp_path, nats_server, monkeypatch):
     nats_server.add_stream("EVENTS", ["events.>"])
     (tmp_path / "udf").mkdir()
-    (tmp_path / "udf" / "flaky_sink.py").write_text(FLAKY_SINK)
+    (tmp_path / "udf" / "nats_flaky_sink.py").write_text(FLAKY_SINK)
     flag = tmp_path / "down"
     monkeypatch.setenv("FLAKY_SINK_FLAG", str(flag))
     pipeline = DESTINATION_PIPELINE % {"url": nats_server.url}

@@ -67,13 +67,13 @@ def test_source_leaves_a_failed_batch_pending_and_reads_it_on_restart(run_yaml, 
     ids = add(redis_server, "src2", 0, 20)
     flag = tmp_path / "fail"
     (tmp_path / "udf").mkdir()
-    (tmp_path / "udf" / "flaky.py").write_text(
+    (tmp_path / "udf" / "redis_flaky.py").write_text(
         "import os\nfrom airflow_conduit.errors import TransientError\n"
         f"def sink(records, delivery_hash):\n    if os.path.exists({str(flag)!r}):\n"
         "        raise TransientError('sink down')\n"
     )
     extra = (
-        '      - {id: sink, type: destination, plugin: custom.python, settings: {function: "flaky:sink", '
+        '      - {id: sink, type: destination, plugin: custom.python, settings: {function: "redis_flaky:sink", '
         'path: "{tmp}/udf"}}\n'
     )
     flag.touch()

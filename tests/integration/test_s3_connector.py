@@ -126,7 +126,7 @@ def test_the_destination_writes_each_batch_once_even_when_replayed(run_yaml, tmp
     # A second destination that fails once, after the S3 destination published its batch: the restart
     # replays that batch, which S3 must not write again.
     (tmp_path / "udf").mkdir()
-    (tmp_path / "udf" / "flaky.py").write_text(
+    (tmp_path / "udf" / "s3_flaky.py").write_text(
         "import os\nfrom airflow_conduit.errors import TransientError\n"
         "def sink(records, delivery_hash):\n"
         "    if os.path.exists(os.environ['S3_FLAKY_FLAG']):\n"
@@ -137,7 +137,7 @@ def test_the_destination_writes_each_batch_once_even_when_replayed(run_yaml, tmp
     monkeypatch.setenv("S3_FLAKY_FLAG", str(flag))
     flaky = (
         "      - {id: sink, type: destination, plugin: custom.python, "
-        'settings: {function: "flaky:sink", path: "{tmp}/udf"}}\n'
+        'settings: {function: "s3_flaky:sink", path: "{tmp}/udf"}}\n'
     )
     payload = run_yaml(destination_yaml(moto_s3, bucket, 20, prefix="out") + flaky)
     assert payload["exit_code"] == 0, payload
