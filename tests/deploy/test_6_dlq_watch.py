@@ -6,7 +6,8 @@ rate into its DLQ. ``deploy_dlq_watch`` is scheduled on its watched DLQ asset
 into one asset event. The triggerer is restarted while the pipeline runs, gracefully (SIGTERM) and then
 as in a crash (SIGKILL). Checked: the first consumer
 run starts before the pipeline stops, and the asset's events name every DLQ write of the store exactly
-once, none lost and none doubled across the restarts.
+once, none lost across the restarts; a write may come twice only as docs/airflow.md says (its event
+stored just before a triggerer stop and not yet confirmed to the trigger).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -77,13 +79,24 @@ def store_writes(state: PipelineState) -> set[str]:
     return {w.prefix for w in dlq_batches.committed_writes(state.dlq_dir, {})}
 
 
-def announced(deploy: Deployment) -> list[dict[str, Any]]:
-    """The payloads of the watched asset's events, oldest first."""
+def announced_at(deploy: Deployment) -> list[tuple[datetime, dict[str, Any]]]:
+    """The watched asset's events as (when Airflow stored it, payload), oldest first."""
     asset = deploy.api.asset(ASSET_URI)
     if asset is None:
         return []
     events = deploy.api.get("/api/v2/assets/events", asset_id=asset["id"], order_by="timestamp", limit=1000)
-    return [(event.get("extra") or {}).get("payload") or {} for event in events["asset_events"]]
+    return [
+        (
+            utc(event["timestamp"]) or datetime.min.replace(tzinfo=UTC),
+            (event.get("extra") or {}).get("payload") or {},
+        )
+        for event in events["asset_events"]
+    ]
+
+
+def announced(deploy: Deployment) -> list[dict[str, Any]]:
+    """The payloads of the watched asset's events, oldest first."""
+    return [payload for _, payload in announced_at(deploy)]
 
 
 def consumer_runs(deploy: Deployment) -> list[dict[str, Any]]:
@@ -116,6 +129,7 @@ def test_dlq_writes_announced_live_once_each_across_triggerer_restarts(deploy: D
         before_restart = len(store_writes(state))
         announced_before_restart = len(announced(deploy))
         restart_service(deploy, "triggerer")
+        restarts = [datetime.now(UTC)]
         wait_until(
             "two more DLQ writes after the triggerer restart",
             lambda: len(store_writes(state)) >= before_restart + 2,
@@ -123,6 +137,7 @@ def test_dlq_writes_announced_live_once_each_across_triggerer_restarts(deploy: D
         )
         before_kill = len(store_writes(state))
         restart_service(deploy, "triggerer", kill=True)
+        restarts.append(datetime.now(UTC))
         wait_until(
             "two more DLQ writes after the triggerer was killed",
             lambda: len(store_writes(state)) >= before_kill + 2,
@@ -154,11 +169,27 @@ def test_dlq_writes_announced_live_once_each_across_triggerer_restarts(deploy: D
         deploy,
     )
     time.sleep(10)  # ten of the watcher's polls: a doubled event would have come by now
-    payloads = announced(deploy)
+    events = announced_at(deploy)
+    payloads = [payload for _, payload in events]
     counts = Counter(p.get("write") for p in payloads)
-    assert set(counts) == writes, f"announced {sorted(counts)} but the store holds {sorted(writes)}"
+    assert set(counts) == writes, (
+        f"announced {sorted(counts)} but the store holds {sorted(writes)}"
+    )  # none lost
+    # The documented gap (docs/airflow.md, "Across triggerer restarts"): a triggerer stopped after Airflow
+    # stored an event and before it confirmed it to the trigger announces that write once more. Only that:
+    # a write at most twice, its first event stored before a restart finished and its second after it.
     doubled = {write: n for write, n in counts.items() if n > 1}
-    assert not doubled, f"DLQ writes announced more than once: {doubled}"
+    for write, n in doubled.items():
+        times = [when for when, payload in events if payload.get("write") == write]
+        assert n == 2 and any(times[0] <= restart < times[1] for restart in restarts), (
+            f"DLQ write {write} announced {n} times at {times}, restarts at {restarts}"
+        )
+    print(
+        f"verified: {len(writes)} DLQ writes, {len(payloads)} events, doubled by a restart: {doubled or 'none'}"
+    )
+    payloads = [payload for _, payload in events if counts[payload.get("write")] == 1] + [
+        next(p for _, p in events if p.get("write") == write) for write in doubled
+    ]
     for payload in payloads:
         entries = dlq_tools.read_dlq_event(payload)
         assert payload["records"] == len(entries) > 0
