@@ -50,9 +50,9 @@ def figures(n: int, source: float, destination: float, read: float, write: float
 def row(name: str, f: dict[str, Any]) -> str:
     return (
         f"| {name} | {int(f['records']):,} | {f['source_to_file_msgs_per_s']:,.0f} "
-        f"| {f['client_read_msgs_per_s']:,.0f} | {f['source_ratio']:.2f} "
+        f"| {f['client_read_msgs_per_s']:,.0f} | {f['source_ratio']:.3f} "
         f"| {f['file_to_destination_msgs_per_s']:,.0f} | {f['client_write_msgs_per_s']:,.0f} "
-        f"| {f['destination_ratio']:.2f} |"
+        f"| {f['destination_ratio']:.3f} |"
     )
 
 
