@@ -51,6 +51,8 @@ def acked_ids(server: RedisServer, key: str) -> list[tuple[int, int]]:
     return [tuple(map(int, i.split("-"))) for i in handed if i not in still]  # type: ignore[misc]
 
 
+# Worst case: 3 x (300 s for two commits + 60 s for the exit) + the 600 s final run, about 1680 s.
+@pytest.mark.timeout(2100)
 def test_kills_inside_batches_ack_nothing_uncommitted_and_lose_nothing(redis_server, tmp_path) -> None:
     server = redis_server
     client = server.client()

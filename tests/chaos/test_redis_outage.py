@@ -14,6 +14,8 @@ __all__ = ["durable_redis"]
 pytestmark = pytest.mark.chaos
 
 
+# In-process runs: the session's Spark start plus two runs, each up to 60 s per blocked Redis socket.
+@pytest.mark.timeout(900)
 def test_server_stopped_mid_run_is_transient_and_the_next_run_loses_nothing(
     run_yaml, durable_redis, tmp_path
 ):

@@ -54,6 +54,8 @@ def bucket_records(server: MotoS3, bucket: str) -> list[dict]:
     return records
 
 
+# Worst case: 3 x (180 s for a commit + 30 s for the exit) + the 600 s final run, about 1240 s.
+@pytest.mark.timeout(1800)
 def test_sigkill_three_times_then_every_record_is_in_the_bucket_once(moto_s3, tmp_path):
     bucket = moto_s3.bucket()
     pipeline = tmp_path / "pipeline.yaml"
@@ -84,6 +86,7 @@ def test_sigkill_three_times_then_every_record_is_in_the_bucket_once(moto_s3, tm
         "--state-dir",
         str(state),
         env={"COUNT": str(COUNT), "RATE": "0"},
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     keys = [int(text(r["key"])) for r in bucket_records(moto_s3, bucket)]

@@ -76,6 +76,8 @@ def run_through_outage(server: MotoS3, pipeline: Path, state: Path, env: dict[st
     return payload
 
 
+# Each test: 180 s for a commit + 180 s for the exit + the 600 s final run, about 960 s at worst.
+@pytest.mark.timeout(1200)
 def test_destination_outage_exits_75_and_the_next_run_loses_nothing(moto_s3, tmp_path):
     bucket = moto_s3.bucket()
     pipeline = tmp_path / "pipeline.yaml"
@@ -83,12 +85,15 @@ def test_destination_outage_exits_75_and_the_next_run_loses_nothing(moto_s3, tmp
     state = tmp_path / "state"
     payload = run_through_outage(moto_s3, pipeline, state, {"RATE": "200"})
     assert payload["error"]["code"] == "destination_failed"
-    result = cli("run", str(pipeline), "--until-idle", "--state-dir", str(state), env={"RATE": "0"})
+    result = cli(
+        "run", str(pipeline), "--until-idle", "--state-dir", str(state), env={"RATE": "0"}, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     keys = [int(text(r["key"])) for r in bucket_records(moto_s3, bucket)]
     assert sorted(keys) == list(range(2000))  # every record, once
 
 
+@pytest.mark.timeout(1200)
 def test_source_outage_exits_75_and_the_next_run_loses_nothing(moto_s3, tmp_path):
     bucket = moto_s3.bucket(versioned=True)
     s3 = moto_s3.client()
@@ -100,7 +105,7 @@ def test_source_outage_exits_75_and_the_next_run_loses_nothing(moto_s3, tmp_path
     state = tmp_path / "state"
     payload = run_through_outage(moto_s3, pipeline, state, {})
     assert payload["error"]["code"] == "source_failed"
-    result = cli("run", str(pipeline), "--until-idle", "--state-dir", str(state))
+    result = cli("run", str(pipeline), "--until-idle", "--state-dir", str(state), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     keys = [text(r["key"]) for r in read_jsonl(tmp_path / "out")]
     assert sorted(keys) == [f"obj-{i:04d}" for i in range(300)]  # every object, once
