@@ -1,18 +1,24 @@
 """Issue 22, live DLQ events: scheduled on the *watched* DLQ asset of ``deploy-watched``, a continuous
-pipeline that the test runs from the command line (no Airflow task runs it). Each run reports the DLQ
-writes of the events that triggered it."""
+pipeline that the test runs from the command line (no Airflow task runs it).
+
+``deploy_dlq_watch`` reports the DLQ writes of the events that triggered each run. ``deploy_dlq_watch_review``
+is the review DAG on the same asset: a ``ConduitDLQReviewOperator`` that nobody answers, so its timeout's
+default (``leave``) ends each run; one run at a time, later events wait for the next run."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, task
-from deploy_common import STATE_DIR
+from deploy_common import STATE_DIR, WORK_DIR
 
 from airflow_conduit.assets import dlq_asset
+from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
 
 WATCHED_DLQ = dlq_asset("deploy-watched", state_dir=STATE_DIR, watch=True, poll_interval=1.0)
+REVIEW_TIMEOUT = timedelta(seconds=20)
 
 with DAG(
     "deploy_dlq_watch",
@@ -37,3 +43,21 @@ with DAG(
         return seen
 
     announced()
+
+with DAG(
+    "deploy_dlq_watch_review",
+    schedule=[WATCHED_DLQ],
+    start_date=pendulum.datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+):
+    ConduitDLQReviewOperator(
+        task_id="review",
+        pipeline_file=f"{WORK_DIR}/dlq-watch.yaml",
+        pipeline_id="deploy-watched",
+        state_dir=STATE_DIR,
+        asset=WATCHED_DLQ,
+        sample_size=5,
+        response_timeout=REVIEW_TIMEOUT,
+        default_action="leave",
+    )
