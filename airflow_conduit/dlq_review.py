@@ -257,6 +257,24 @@ def run_replay(
     return proc.returncode, proc.stdout + proc.stderr, summary
 
 
+def event_entries(extras: Iterable[Mapping[str, Any]]) -> list[DLQEntry]:
+    """The DLQ entries of some DLQ asset events' extras, each once, in order: a write announced twice
+    (a triggerer killed between storing its event and recording it in the ledger) names the same entries."""
+    entries: dict[str, DLQEntry] = {}
+    for extra in extras:
+        for entry in dlq_tools.read_dlq_event(extra):
+            entries.setdefault(entry_id(entry), entry)
+    return list(entries.values())
+
+
+def resolved_entries(state: PipelineState, entries: Iterable[DLQEntry]) -> set[str]:
+    """The ids of the ``entries`` nobody needs to review again: acknowledged as DLQ entries, or replayed
+    successfully. One that failed again, or whose replay is still queued, is not resolved."""
+    entries = list(entries)
+    succeeded = replay_status(ReplayPaths(state)).succeeded
+    return dlq_tools.acknowledged(state, entries) | ({entry_id(e) for e in entries} & succeeded)
+
+
 def replay_outcome(state: PipelineState, ids: Iterable[str]) -> tuple[int, int, int]:
     """``(replayed, failed_again, pending)`` among the DLQ entries ``ids``, from the replay's bookkeeping."""
     status = replay_status(ReplayPaths(state))

@@ -9,10 +9,11 @@ in a review form (the count, the errors by failing node, a sample) and waits for
 - **acknowledge**: skip them for good; the reason and who gave it go to the audit log;
 - **leave**: nothing now (also what happens when nobody answers within 4 hours).
 
-``conduit_orders_degraded_review`` (triggered by hand, or by an alert, when ``orders`` is degraded) shows
-the record(s) the pipeline stopped on (DLQ threshold exceeded, or a fatal error: as ``airflow-conduit
-inspect`` shows them); on **acknowledge** (skip them, as ``airflow-conduit ack``) or **replay** (read them
-again after a fix) ``resume`` runs the pipeline again, past them. With nothing degraded it ends at once.
+``conduit_orders_degraded_review`` (``schedule=None``: nothing starts it on its own; trigger it by hand, or
+from an alert, when ``orders`` is degraded) shows the record(s) the pipeline stopped on (DLQ threshold
+exceeded, or a fatal error: as ``airflow-conduit inspect`` shows them); on **acknowledge** (skip them, as
+``airflow-conduit ack``) or **replay** (read them again after a fix) ``resume`` runs the pipeline again,
+past them. With nothing degraded it ends at once.
 
 Answers go to the task log, the pipeline's audit log and the Conduit page (``/conduit/pipelines/orders``).
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,10 +23,12 @@ from airflow_conduit.dlq_review import (
     acknowledge,
     audit_review,
     degraded_payload,
+    event_entries,
     inspect_command,
     inspected_records,
     replay_command,
     replay_outcome,
+    resolved_entries,
     review_body,
     run_replay,
     stopped_batch,
@@ -40,6 +43,21 @@ REASON_PARAM = "reason"
 POSITIONS_PARAM = "positions"
 OUTPUT_TAIL = 4000
 """Characters of a replay's output copied to the task log."""
+SHOWN_XCOM_KEY = "conduit_review_shown"
+"""XCom of what the form showed: ``{"events": [DLQ asset event extras], "ids": [record ids]}``; the answer
+acts on exactly those records."""
+
+
+@dataclass
+class _Review:
+    """The records a form shows, and where they came from."""
+
+    records: list[ReviewRecord]
+    intro: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """DLQ review: the extras of the asset events the records were read from."""
+    resolved: int = 0
+    """DLQ review: records of those events left out as acknowledged or replayed already."""
 
 
 class ConduitDLQReviewOperator(HITLOperator):
@@ -47,9 +65,14 @@ class ConduitDLQReviewOperator(HITLOperator):
 
     ``review="dlq"`` (default): the records of the DLQ asset events that triggered the run (any event of
     ``conduit://PIPELINE_ID/dlq``: the operator's end-of-task events or live ones; a manual run takes the
-    asset's latest event). ``review="poison"``: the records a degraded pipeline stopped on (DLQ threshold
-    exceeded, or a fatal error: the records of the micro-batch it stopped on, as ``airflow-conduit
-    inspect`` shows them); with nothing to review (the pipeline is not degraded) the task ends at once.
+    asset's latest event). Each record is shown once, however many events name it (a DLQ write can be
+    announced twice), and records acknowledged or replayed successfully already are left out.
+    ``review="poison"``: the records a degraded pipeline stopped on (DLQ threshold exceeded, or a fatal
+    error: the records of the micro-batch it stopped on, as ``airflow-conduit inspect`` shows them). With
+    nothing to review (the pipeline is not degraded, or every record is resolved) the task ends at once.
+
+    The answer applies to the records the form showed (kept in the XCom ``conduit_review_shown``), not
+    to whatever the asset's latest event or ``inspect`` gives when the answer comes.
 
     The form shows the count, the errors by failing node and a sample, and offers:
 
@@ -170,12 +193,19 @@ class ConduitDLQReviewOperator(HITLOperator):
         return env
 
     # the records under review --------------------------------------------------------------------------
-    def _dlq_records(self, context: Context) -> list[ReviewRecord]:
+    def _dlq_review(self, context: Context, *, drop_resolved: bool = True) -> _Review:
         events = list((context.get("triggering_asset_events") or {}).get(self.asset, []))
         if not events:  # a manual run: the asset's latest event
             events = list(context["inlet_events"][self.asset])[-1:]
-        entries = [e for event in events for e in dlq_tools.read_dlq_event(event.extra or {})]
-        return [ReviewRecord.of_entry(entry, self.pipeline_id) for entry in entries]
+        extras = [dict(event.extra or {}) for event in events]
+        entries = event_entries(extras)
+        resolved = resolved_entries(self._state, entries) if drop_resolved else set()
+        records = [
+            ReviewRecord.of_entry(e, self.pipeline_id)
+            for e in entries
+            if dlq_tools.entry_id(e) not in resolved
+        ]
+        return _Review(records, events=extras, resolved=len(resolved))
 
     def _poison_records(self) -> tuple[list[ReviewRecord], str]:
         state = self._state
@@ -203,42 +233,82 @@ class ConduitDLQReviewOperator(HITLOperator):
         intro += f" The records of micro-batch {batch}, which it stopped on, follow."
         return inspected_records(inspected, error.to_dict()), intro
 
-    def _records(self, context: Context) -> tuple[list[ReviewRecord], str]:
+    def _review(self, context: Context) -> _Review:
         if self.review is ReviewKind.DLQ:
-            return self._dlq_records(context), ""
-        return self._poison_records()
+            return self._dlq_review(context)
+        return _Review(*self._poison_records())
 
     # ask ----------------------------------------------------------------------------------------------
     def prepare(self, context: Context) -> list[ReviewRecord]:
         """Find the records under review and write the form's subject and body (and, for poison
-        records, the ``positions`` field's default) from them; returns the records."""
-        records, intro = self._records(context)
+        records, the ``positions`` field's default) from them; returns the records. With a task
+        instance in ``context``, what the form shows is kept (XCom) for the answer."""
+        return self._prepare(context).records
+
+    def _prepare(self, context: Context) -> _Review:
+        review = self._review(context)
+        records = review.records
         what = "DLQ" if self.review is ReviewKind.DLQ else "poison"
         self.subject = (
             self.subject or f"Review {len(records)} {what} record(s) of pipeline {self.pipeline_id}"
         )
         self.body = review_body(
-            self.pipeline_id, records, kind=self.review, sample_size=self.sample_size, intro=intro
+            self.pipeline_id, records, kind=self.review, sample_size=self.sample_size, intro=review.intro
         )
         if self.review is ReviewKind.POISON:
             self.params[POSITIONS_PARAM] = ",".join(r.position for r in records)
-        return records
+        ti = context.get("ti") or context.get("task_instance")
+        if records and ti is not None:
+            # The answer may come hours later: by then the asset's latest event, or inspect's batch,
+            # may be other records than the person saw.
+            ti.xcom_push(key=SHOWN_XCOM_KEY, value={"events": review.events, "ids": [r.id for r in records]})
+        return review
 
     def execute(self, context: Context) -> Any:
-        records = self.prepare(context)
-        if not records:
-            self.log.info("No %s records of %s to review: nothing to ask", self.review, self.pipeline_id)
+        review = self._prepare(context)
+        if not review.records:
+            if review.resolved:
+                self.log.info(
+                    "The %d DLQ record(s) of %s in the triggering event(s) were already resolved "
+                    "(acknowledged or replayed; a DLQ write announced twice names the same records): "
+                    "nothing to ask",
+                    review.resolved,
+                    self.pipeline_id,
+                )
+            else:
+                self.log.info("No %s records of %s to review: nothing to ask", self.review, self.pipeline_id)
             return ReviewOutcome(self.review, ReviewAction.LEAVE, 0).to_dict()
         self.log.info("%s\n%s", self.subject, self.body)
         return super().execute(context)
 
     # act ----------------------------------------------------------------------------------------------
+    def _shown_records(self, context: Context) -> list[ReviewRecord]:
+        """The records the form showed, read again from where they came from; without the XCom (a run
+        parked before it was kept), the records found now."""
+        ti = context.get("ti") or context.get("task_instance")
+        shown = (
+            ti.xcom_pull(task_ids=ti.task_id, key=SHOWN_XCOM_KEY, map_indexes=ti.map_index)
+            if ti is not None
+            else None
+        )
+        if not isinstance(shown, Mapping):
+            if self.review is ReviewKind.DLQ:
+                # As before: resolved records stay in, so the outcome counts them as what they are.
+                return self._dlq_review(context, drop_resolved=False).records
+            return self._poison_records()[0]
+        ids = [str(i) for i in shown.get("ids") or []]
+        if self.review is ReviewKind.DLQ:
+            entries = {dlq_tools.entry_id(e): e for e in event_entries(shown.get("events") or [])}
+            return [ReviewRecord.of_entry(entries[i], self.pipeline_id) for i in ids if i in entries]
+        found = {r.id: r for r in self._poison_records()[0]}
+        return [found[i] for i in ids if i in found]
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> Any:
         answer = super().execute_complete(context, event)
         action = ReviewAction(answer["chosen_options"][0])
         params_input = answer["params_input"] or {}
         user = str((answer.get("responded_by_user") or {}).get("name") or "")
-        records, _ = self._records(context)
+        records = self._shown_records(context)
         outcome = ReviewOutcome(
             self.review,
             action,

@@ -1,10 +1,14 @@
 """``ConduitDLQReviewOperator`` on real DLQ records of a real pipeline run (local Spark), answered as the
 Airflow API (a person) or the scheduler's timeout sweep would answer: the event its ``execute_complete``
 gets on resume. The HITL form in a real deployment is tested in tests/deploy/test_7_dlq_review.py.
+
+The tests not marked ``engine`` write the DLQ store by hand (as the engine writes it) and need no Spark;
+one of them runs the review in a real ``dag.test()``, answered through the Core API's handler.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,18 +16,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from conftest import SPARK_CONN
+from conftest import SPARK_CONN, AirflowEnv
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.assets import dlq_asset
-from airflow_conduit.dlq_review import REVIEWED_EVENT
-from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
+from airflow_conduit.dlq_review import REVIEWED_EVENT, ReviewKind, acknowledge
+from airflow_conduit.operators.dlq_review import SHOWN_XCOM_KEY, ConduitDLQReviewOperator
 from airflow_conduit.plugins.event_text import describe
 from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
 
 # Each replay starts Spark in a subprocess (minutes here): with the engine runs, in make test-e2e.
-pytestmark = pytest.mark.engine
+engine = pytest.mark.engine
 
 RECORDS = 9
 PIPELINE = """
@@ -129,6 +133,7 @@ def poison_review(tmp_path: Path, text: str) -> tuple[ConduitDLQReviewOperator, 
     return op, PipelineState.of(tmp_path / "state", "review-orders")
 
 
+@engine
 def test_form_shows_the_event_records_with_errors_and_nodes(dlq_run) -> None:
     op = operator(dlq_run, sample_size=3)
     records = op.prepare(context(dlq_run))
@@ -145,6 +150,7 @@ def test_form_shows_the_event_records_with_errors_and_nodes(dlq_run) -> None:
     assert op.options == ["replay", "acknowledge", "leave"] and op.defaults == ["leave"]
 
 
+@engine
 def test_replay_delivers_the_fixed_records_exactly_once(dlq_run, tmp_path: Path) -> None:
     state = dlq_run["state"]
     failed = dlq_run["failed"]
@@ -179,6 +185,7 @@ def test_replay_delivers_the_fixed_records_exactly_once(dlq_run, tmp_path: Path)
     )
 
 
+@engine
 def test_acknowledge_writes_who_and_why_and_a_replay_never_sends_them(dlq_run, tmp_path: Path) -> None:
     state = dlq_run["state"]
     op = operator(dlq_run)
@@ -201,6 +208,7 @@ def test_acknowledge_writes_who_and_why_and_a_replay_never_sends_them(dlq_run, t
     assert replay["replayed"] == 0 and len(read_jsonl(tmp_path / "out")) == RECORDS - count
 
 
+@engine
 def test_timeout_takes_the_default_and_leaves_the_records(dlq_run, tmp_path: Path) -> None:
     state = dlq_run["state"]
     op = operator(dlq_run, default_action="leave")
@@ -218,6 +226,7 @@ def test_timeout_takes_the_default_and_leaves_the_records(dlq_run, tmp_path: Pat
     assert "leave chosen by the timeout's default" in describe(event)
 
 
+@engine
 def test_degraded_pipeline_review_acknowledges_the_poison_record_and_resumes(
     run_yaml, tmp_path: Path
 ) -> None:
@@ -242,6 +251,7 @@ def test_degraded_pipeline_review_acknowledges_the_poison_record_and_resumes(
     assert (reviewed(state)[0]["kind"], reviewed(state)[0]["resume"]) == ("poison", True)
 
 
+@engine
 def test_nothing_to_review_when_the_pipeline_is_not_degraded(dlq_run) -> None:
     op = ConduitDLQReviewOperator(
         task_id="review_degraded",
@@ -273,6 +283,7 @@ def check(record):
 """
 
 
+@engine
 def test_degraded_by_a_fatal_error_lists_the_stopped_batch_and_resumes_past_the_acknowledged(
     run_yaml, tmp_path: Path
 ) -> None:
@@ -304,3 +315,184 @@ def test_degraded_by_a_fatal_error_lists_the_stopped_batch_and_resumes_past_the_
     assert len(written) == 12 - len(poison)
     assert all(r["payload"]["after"]["amount"] % 7 != 0 for r in written)
     assert all("stamp" in r["payload"]["after"] for r in written)
+
+
+# Without Spark: the DLQ store written by hand ----------------------------------------------------------
+def dlq_line(i: int) -> dict[str, Any]:
+    """A DLQ record as the engine stores it: the failed record (position ``i``) in ``payload.after``."""
+    position = base64.b64encode(str(i).encode()).decode()
+    return {
+        "position": position,
+        "operation": "create",
+        "metadata": {
+            "conduit.dlq.nack.error": f"order {i} refused",
+            "conduit.dlq.nack.node.id": "review-orders:reject-round-amounts",
+        },
+        "key": position,
+        "payload": {"before": None, "after": {"position": position, "payload": {"after": {"id": i}}}},
+    }
+
+
+def store_write(state: PipelineState, name: str, ids: list[int]) -> dict[str, Any]:
+    """Write one DLQ file; returns the extra of the asset event announcing that write."""
+    state.dlq_dir.mkdir(parents=True, exist_ok=True)
+    (state.dlq_dir / name).write_text("".join(json.dumps(dlq_line(i)) + "\n" for i in ids))
+    return {"path": str(state.dlq_dir), "files": {name: [0, len(ids)]}, "write": name.removesuffix(".jsonl")}
+
+
+def hand_operator(state: PipelineState) -> ConduitDLQReviewOperator:
+    return ConduitDLQReviewOperator(
+        task_id="review",
+        pipeline_file="unused.yaml",  # neither acknowledge nor leave reads it
+        pipeline_id=state.pipeline_id,
+        state_dir=str(state.state_dir),
+    )
+
+
+def triggered_by(*extras: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "triggering_asset_events": {dlq_asset("review-orders"): [SimpleNamespace(extra=e) for e in extras]}
+    }
+
+
+def test_a_dlq_write_announced_twice_is_reviewed_once(tmp_path: Path) -> None:
+    """The watch trigger, killed between storing an event and recording it, announces the write again:
+    one run triggered by both events shows and acknowledges each record once."""
+    state = PipelineState.of(tmp_path / "state", "review-orders")
+    extra = store_write(state, "g1-000000000003-0.jsonl", [1, 2, 3])
+    op = hand_operator(state)
+    records = op.prepare(triggered_by(extra, dict(extra)))
+    assert [r.id for r in records] == [f"g1-000000000003-0.jsonl:{n}" for n in range(3)]
+    assert op.subject == "Review 3 DLQ record(s) of pipeline review-orders"
+    outcome = op.execute_complete(triggered_by(extra, dict(extra)), answer("acknowledge", reason="dup"))
+    assert (outcome["records"], outcome["skipped"]) == (3, 3), outcome
+    assert len(state.read_acked()) == 3
+
+
+def test_records_resolved_already_are_not_asked_about_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second run for a doubled event, after the first run's answer: acknowledged records and records
+    replayed successfully are not shown again; with none left the task ends without asking, and says why."""
+    state = PipelineState.of(tmp_path / "state", "review-orders")
+    extra = store_write(state, "g1-000000000004-0.jsonl", [1, 2, 3, 4])
+    shown = hand_operator(state).prepare(triggered_by(extra))
+    # The first run's answers, as the DLQ browser or a replay leave them: two acknowledged, one replayed.
+    acknowledge(state, shown[:2], kind=ReviewKind.DLQ, reason="seen", user="alice")
+    replayed_file = state.root / "replay" / "replayed.jsonl"  # as airflow-conduit replay records it
+    replayed_file.parent.mkdir(parents=True)
+    replayed_file.write_text(json.dumps({"entry": shown[2].id}) + "\n")
+
+    again = hand_operator(state)
+    assert [r.id for r in again.prepare(triggered_by(extra))] == [shown[3].id]
+    assert again.subject == "Review 1 DLQ record(s) of pipeline review-orders"
+
+    acknowledge(state, shown[3:], kind=ReviewKind.DLQ, reason="seen", user="alice")
+    last = hand_operator(state)
+    result = last.execute(triggered_by(extra, dict(extra)))
+    assert (result["records"], result["action"]) == (0, "leave")
+    assert (
+        "The 4 DLQ record(s) of review-orders in the triggering event(s) were already resolved"
+        in capsys.readouterr().out  # Airflow's task logger writes there
+    )
+    assert reviewed(state) == []
+
+
+ANSWERED_LATER = """
+from __future__ import annotations
+
+import pendulum
+from airflow.providers.standard.sensors.python import PythonSensor
+from airflow.sdk import DAG, task
+
+from airflow_conduit.assets import dlq_asset
+from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
+
+ASSET = dlq_asset("review-orders")
+EXTRAS = {extras!r}
+
+
+def form_open(dag_run) -> bool:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        state = session.scalar(
+            select(TaskInstance.state).where(
+                TaskInstance.dag_id == dag_run.dag_id,
+                TaskInstance.run_id == dag_run.run_id,
+                TaskInstance.task_id == "review",
+            )
+        )
+    return state == "awaiting_input"
+
+
+class Alice:
+    def get_id(self) -> str:
+        return "alice"
+
+    def get_name(self) -> str:
+        return "alice"
+
+
+with DAG("review_answered_later", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+
+    @task(outlets=[ASSET])
+    def first_write(*, outlet_events) -> None:
+        outlet_events[ASSET].extra = EXTRAS[0]
+
+    @task(outlets=[ASSET])
+    def second_write(*, outlet_events) -> None:
+        outlet_events[ASSET].extra = EXTRAS[1]
+
+    @task
+    def respond(*, dag_run) -> None:
+        # What PATCH .../taskInstances/review/-1/hitlDetails runs: record the answer, resume the task.
+        from airflow.api_fastapi.core_api.datamodels.hitl import UpdateHITLDetailPayload
+        from airflow.api_fastapi.core_api.routes.public.hitl import update_hitl_detail
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            update_hitl_detail(
+                dag_id=dag_run.dag_id,
+                dag_run_id=dag_run.run_id,
+                task_id="review",
+                update_hitl_detail_payload=UpdateHITLDetailPayload(
+                    chosen_options=["acknowledge"], params_input={{"reason": "as shown"}}
+                ),
+                user=Alice(),
+                session=session,
+            )
+
+    review = ConduitDLQReviewOperator(
+        task_id="review", pipeline_file="unused.yaml", pipeline_id="review-orders", state_dir={state_dir!r}
+    )
+    wait = PythonSensor(
+        task_id="form_open", python_callable=form_open, mode="reschedule", poke_interval=1, timeout=300
+    )
+    first = first_write()
+    first >> review
+    first >> wait >> second_write() >> respond()
+"""
+
+
+def test_the_answer_acts_on_the_records_the_form_showed(airflow_env: AirflowEnv, tmp_path: Path) -> None:
+    """A manual run shows the asset's latest event; another DLQ write is announced while the form is
+    open. The answer, given afterwards, acknowledges the records shown, not the newer event's."""
+    state = PipelineState.of(tmp_path / "state", "review-orders")
+    shown = store_write(state, "g1-000000000001-0.jsonl", [1, 2])
+    newer = store_write(state, "g1-000000000002-0.jsonl", [3, 4, 5])
+    dag_file = airflow_env.write_dag(
+        "review_answered_later",
+        ANSWERED_LATER.format(extras=[shown, newer], state_dir=str(state.state_dir)),
+    )
+    result = airflow_env.run_dag(dag_file, "review_answered_later", timeout=400)
+    assert result["state"] == "success", result["log"][-3000:]
+    assert {a["dlq_entry"] for a in state.read_acked()} == {
+        "g1-000000000001-0.jsonl:0",
+        "g1-000000000001-0.jsonl:1",
+    }
+    outcome = result["xcom"]["review"]["return_value"]
+    assert (outcome["records"], outcome["skipped"], outcome["user"]) == (2, 2, "alice"), outcome
+    assert result["xcom"]["review"][SHOWN_XCOM_KEY]["ids"] == outcome["ids"]
