@@ -8,11 +8,15 @@ import asyncio
 import base64
 import json
 import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import read_jsonl, text
-from tests.servers.nats import NatsServer
+from tests.servers.nats import SERVER, NatsServer
 from tests.servers.nats import nats_server as nats_server  # the fixture
 
 pytestmark = pytest.mark.brokers  # make brokers
@@ -152,3 +156,119 @@ def test_refused_credentials_are_fatal_and_never_shown() -> None:
     finally:
         server.stop()
         shutil.rmtree(server.root, ignore_errors=True)
+
+
+# Generator into NATS alone; retryWait short, as a publish nobody takes is retried before it fails.
+PUBLISH_PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: np
+    connectors:
+      - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 5}}
+      - {id: bus, type: destination, plugin: standalone:nats, settings: {urls: "%(url)s", subject: events.out, retryWait: 10ms}}
+"""
+
+
+def _plain_server(root: Path, *options: str) -> NatsServer:
+    """A nats-server with ``options`` instead of the fixture's ``-js`` (tests/servers/nats.py always
+    enables JetStream)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        server = NatsServer(root, int(sock.getsockname()[1]))
+    binary = shutil.which("nats-server") or SERVER
+    args = [binary, *options, "-a", "127.0.0.1", "-p", str(server.port)]
+    server.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+            return server
+        except OSError:
+            if time.monotonic() > deadline or server.process.poll() is not None:
+                server.stop()
+                raise
+            time.sleep(0.05)
+
+
+def test_a_server_without_jetstream_is_fatal_and_says_to_enable_it(run_yaml, tmp_path):
+    # Was transient (exit 75): Airflow restarted the pipeline forever against a server that never answers.
+    server = _plain_server(tmp_path)  # no -js
+    try:
+        payload = run_yaml(SOURCE_PIPELINE % {"url": server.url, "ack": "explicit"})
+        assert payload["exit_code"] == 1, payload
+        assert "enable JetStream" in payload["error"]["message"], payload
+
+        payload = run_yaml(PUBLISH_PIPELINE % {"url": server.url})
+        assert payload["exit_code"] == 1, payload
+        assert "enable JetStream" in payload["error"]["message"], payload  # not "no stream captures"
+    finally:
+        server.stop()
+
+
+def test_an_account_without_jetstream_is_fatal_and_says_to_enable_it(tmp_path) -> None:
+    from airflow_conduit.engine.connectors.nats._common import Connection, classify
+    from airflow_conduit.errors import FatalError
+
+    # JetStream on the server, not for account B: it answers 503 "JetStream not enabled for account".
+    (tmp_path / "server.conf").write_text(
+        'jetstream { store_dir: "%s" }\n'
+        "accounts { A { jetstream: enabled, users: [{user: a, password: pa}] }, "
+        "B { users: [{user: bob-nojs, password: Pw-b-3}] } }\n" % (tmp_path / "js")
+    )
+    server = _plain_server(tmp_path, "-c", str(tmp_path / "server.conf"))
+    try:
+        connection = Connection(urls=(server.url.replace("nats://", "nats://bob-nojs:Pw-b-3@"),))
+
+        async def stream_info() -> None:
+            client = await connection.connect(reconnect=False, code="source_failed")
+            try:
+                await client.jetstream(timeout=5).stream_info("ORDERS")
+            finally:
+                await client.close()
+
+        with pytest.raises(Exception) as caught:
+            asyncio.run(stream_info())
+        error = classify(caught.value, connection, "nats source", "source_failed")
+        assert isinstance(error, FatalError), error
+        assert "JetStream is not enabled for the account" in str(error) and "Pw-b-3" not in str(error)
+    finally:
+        server.stop()
+
+
+def test_no_stream_for_the_destination_subject_is_fatal_and_names_it(run_yaml, nats_server: NatsServer):
+    nats_server.add_stream("OTHER", ["other.>"])
+    payload = run_yaml(PUBLISH_PIPELINE % {"url": nats_server.url})
+    assert payload["exit_code"] == 1, payload
+    assert "no JetStream stream captures subject 'events.out'" in payload["error"]["message"], payload
+
+
+def test_the_password_is_never_shown_by_a_good_run_or_a_refused_one(run_yaml, tmp_path, caplog, capfd):
+    from tests.credentials import assert_not_shown, capture_logs
+    from tests.servers.nats import start_nats
+
+    capture_logs(caplog)
+    server = start_nats(user="alice", password="right-Pw-1")
+    try:
+        url = server.url.replace("//", "//alice:right-Pw-1@")
+
+        async def add_stream() -> None:
+            import nats
+
+            client = await nats.connect(url, allow_reconnect=False)  # server.call() has no credentials
+            try:
+                await client.jetstream().add_stream(name="ORDERS", subjects=["orders"])
+                await client.jetstream().publish("orders", b'{"n": 0}')
+            finally:
+                await client.close()
+
+        asyncio.run(add_stream())
+        good = SOURCE_PIPELINE % {"url": url, "ack": "all"}
+        ok = run_yaml(good, state_dir=tmp_path / "ok")
+        payload = run_yaml(good.replace("right-Pw-1", "wrong-Pw-2"))
+    finally:
+        server.stop()
+        shutil.rmtree(server.root, ignore_errors=True)
+    assert ok["exit_code"] == 0 and len(read_jsonl(tmp_path / "out")) == 1, ok
+    assert payload["exit_code"] == 1 and "refused the credentials" in payload["error"]["message"], payload
+    states = [tmp_path / "ok", tmp_path / "state"]
+    assert_not_shown(["right-Pw-1", "wrong-Pw-2"], [ok, payload], states, caplog, capfd)

@@ -22,6 +22,8 @@ T = TypeVar("T")
 _URL_USERINFO = re.compile(r"(?P<scheme>(?:nats|tls|wss?)://)[^@/\s]+@")
 CONNECT_TIMEOUT = 5.0
 REQUEST_TIMEOUT = 10.0
+_JS_NOT_ENABLED_FOR_ACCOUNT = 10039
+"""JetStream's error code (a 503, as an outage is) for an account without JetStream: not transient."""
 
 
 @dataclass(frozen=True)
@@ -114,11 +116,31 @@ class Connection:
             refusals = [e for e in seen if "authorization" in str(e).lower()]
             cause = refusals[-1] if refusals else seen[-1] if seen else error
             raise classify(cause, self, f"cannot connect to NATS at {self.shown}", code) from None
+        if not client._server_info.get("jetstream"):
+            await self._require_jetstream(client, code)
         # Conduit's maxReconnects (negative: forever) and reconnectWait, for the rest of the connection.
         client.options["allow_reconnect"] = reconnect and self.max_reconnects != 0
         client.options["max_reconnect_attempts"] = self.max_reconnects
         client.options["reconnect_time_wait"] = self.reconnect_wait
         return client
+
+    async def _require_jetstream(self, client: Any, code: str) -> None:
+        """The server's INFO does not announce JetStream: ask whether anything on this connection serves
+        it (a leaf node may reach another's). "No responders" to every JetStream request would look like
+        an outage, and Airflow would restart the pipeline forever: a person must enable it."""
+        import nats.js.errors as jerr
+
+        try:
+            await client.jetstream(timeout=REQUEST_TIMEOUT).account_info()
+        except Exception as error:  # noqa: BLE001 - sorted and re-raised
+            await client.close()
+            if isinstance(error, jerr.ServiceUnavailableError) and error.err_code is None:
+                raise FatalError(
+                    f"JetStream is not enabled on the NATS server at {self.shown}: enable JetStream on the "
+                    "server (start nats-server with -js, or add a `jetstream {}` block to its configuration)",
+                    code=code,
+                ) from None
+            raise classify(error, self, f"cannot use JetStream on {self.shown}", code) from None
 
 
 def safe_url(url: str) -> str:
@@ -147,6 +169,12 @@ def classify(error: BaseException, connection: Connection, context: str, code: s
         return FatalError(
             f"{context}: the server refused the credentials: check the user and password in urls, "
             f"nkeyPath or credentialsFilePath ({detail})",
+            code=code,
+        )
+    if isinstance(error, jerr.ServiceUnavailableError) and error.err_code == _JS_NOT_ENABLED_FOR_ACCOUNT:
+        return FatalError(
+            f"{context}: JetStream is not enabled for the account of this user: enable it for the account "
+            f"(`jetstream: enabled` in the account's configuration) or connect as another user ({detail})",
             code=code,
         )
     if isinstance(error, jerr.ServiceUnavailableError):

@@ -130,6 +130,8 @@ class StagedMessages:
                 if attempt + 1 < self.retry_attempts:
                     await asyncio.sleep(self.retry_wait)
                     continue
+                # A publish gets "no responders" too when the account has no JetStream: classify() says so.
+                await js.account_info()
                 raise FatalError(
                     f"nats destination: no JetStream stream captures subject {self.subject!r}: create one "
                     f"(e.g. `nats stream add --subjects '{self.subject}'`) or fix the `subject` setting",
