@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import read_jsonl, text
+from tests.credentials import assert_not_shown, capture_logs
 from tests.servers.moto_s3 import SECRET_KEY, MotoS3, moto_s3
 
 pytestmark = pytest.mark.brokers  # make brokers
@@ -63,16 +64,13 @@ def lines_in(server: MotoS3, bucket: str, prefix: str = "") -> list[dict[str, An
     return records
 
 
-def no_secret(payload: dict[str, Any], tmp_path: Path) -> None:
-    """The credentials appear nowhere: exit payload, audit log, status."""
-    texts = [json.dumps(payload)] + [
-        p.read_text() for p in (tmp_path / "state").rglob("*.json*") if p.is_file()
-    ]
-    for found in texts:
-        assert SECRET_KEY not in found
+def no_secret(payload: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The secret key appears nowhere: exit payload, state directory, logs (``capture_logs`` first)."""
+    assert_not_shown([SECRET_KEY], [payload], [tmp_path / "state"], caplog)
 
 
-def test_the_source_reads_a_snapshot_then_creates_updates_and_deletes(run_yaml, tmp_path, moto_s3):
+def test_the_source_reads_a_snapshot_then_creates_updates_and_deletes(run_yaml, tmp_path, moto_s3, caplog):
+    capture_logs(caplog)
     bucket = moto_s3.bucket(versioned=True)
     s3 = moto_s3.client()
     for name in ("a", "b", "c"):
@@ -107,7 +105,7 @@ def test_the_source_reads_a_snapshot_then_creates_updates_and_deletes(run_yaml, 
     payload = run_yaml(source_yaml(moto_s3, bucket, prefix="in/"))  # nothing new: nothing read again
     assert payload["exit_code"] == 0 and payload["records"]["read"] == 0, payload
     assert len(read_jsonl(tmp_path / "out")) == 6
-    no_secret(payload, tmp_path)
+    no_secret(payload, tmp_path, caplog)
 
 
 def test_the_source_reads_new_objects_of_a_bucket_without_versioning(run_yaml, tmp_path, moto_s3):
@@ -121,7 +119,10 @@ def test_the_source_reads_new_objects_of_a_bucket_without_versioning(run_yaml, t
     assert [(r["operation"], text(r["key"])) for r in records] == [("snapshot", "one"), ("create", "two")]
 
 
-def test_the_destination_writes_each_batch_once_even_when_replayed(run_yaml, tmp_path, moto_s3, monkeypatch):
+def test_the_destination_writes_each_batch_once_even_when_replayed(
+    run_yaml, tmp_path, moto_s3, monkeypatch, caplog
+):
+    capture_logs(caplog)
     bucket = moto_s3.bucket()
     # A second destination that fails once, after the S3 destination published its batch: the restart
     # replays that batch, which S3 must not write again.
@@ -154,7 +155,7 @@ def test_the_destination_writes_each_batch_once_even_when_replayed(run_yaml, tmp
     assert len(objects) == 3  # one object per micro-batch
     marker = json.loads(moto_s3.body(bucket, "out/.conduit-delivery-s3out-bucket.json"))
     assert marker["batch"] == 2 and marker["hash"]
-    no_secret(payload, tmp_path)
+    no_secret(payload, tmp_path, caplog)
 
 
 def test_the_destination_can_be_the_dlq(run_yaml, tmp_path, moto_s3):
@@ -176,24 +177,26 @@ def test_the_destination_can_be_the_dlq(run_yaml, tmp_path, moto_s3):
     assert all(r["metadata"]["conduit.dlq.nack.node.id"] == "s3out:reject" for r in dead)
 
 
-def test_a_missing_bucket_is_fatal_and_says_which_setting(run_yaml, tmp_path, moto_s3):
+def test_a_missing_bucket_is_fatal_and_says_which_setting(run_yaml, tmp_path, moto_s3, caplog):
+    capture_logs(caplog)
     payload = run_yaml(source_yaml(moto_s3, "no-such-bucket"))
     assert payload["exit_code"] == 1, payload
     assert payload["error"]["kind"] == "fatal" and "aws.bucket" in payload["error"]["message"]
     payload = run_yaml(destination_yaml(moto_s3, "no-such-bucket", 5))
     assert payload["exit_code"] == 1, payload
     assert "aws.bucket" in payload["error"]["message"]
-    no_secret(payload, tmp_path)
+    no_secret(payload, tmp_path, caplog)
 
 
-def test_an_unreachable_endpoint_is_transient(run_yaml, tmp_path, moto_s3):
+def test_an_unreachable_endpoint_is_transient(run_yaml, tmp_path, moto_s3, caplog):
+    capture_logs(caplog)
     down = MotoS3()  # never started: nothing listens on its port
     payload = run_yaml(source_yaml(down, "any"))
     assert payload["exit_code"] == 75 and payload["error"]["code"] == "source_failed", payload
     assert "unreachable" in payload["error"]["message"]
     payload = run_yaml(destination_yaml(down, "any", 5))
     assert payload["exit_code"] == 75 and payload["error"]["code"] == "destination_failed", payload
-    no_secret(payload, tmp_path)
+    no_secret(payload, tmp_path, caplog)
 
 
 def test_settings_are_checked_at_load(tmp_path):
