@@ -17,6 +17,7 @@ import pytest
 from airflow_conduit.batch_log import read_batches
 from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl
+from tests.credentials import assert_not_shown, capture_logs
 from tests.servers.rabbitmq import PASSWORD, RabbitNode, rabbit_node  # noqa: F401 - the `rabbit` fixture
 
 pytestmark = pytest.mark.brokers  # make brokers
@@ -227,14 +228,20 @@ pipelines:
     assert all(r["metadata"]["conduit.dlq.nack.error"].endswith("refused") for r in records)
 
 
-def test_bad_password_is_fatal_and_never_shown(rabbit, run_yaml) -> None:
+def test_bad_password_is_fatal_and_never_shown(rabbit, run_yaml, tmp_path, caplog, capfd) -> None:
+    capture_logs(caplog)
+    queue = fresh_queue()
+    publish(rabbit, queue, [b"one"])
+    ok = run_yaml(source_yaml(rabbit, queue), state_dir=tmp_path / "ok")
+    assert ok["exit_code"] == 0 and len(read_jsonl(tmp_path / "out")) == 1, ok
     url = rabbit.url(password="wrong-Secret-99")
-    text = SOURCE_PIPELINE.replace("URL", url).replace("QUEUE", fresh_queue())
+    text = SOURCE_PIPELINE.replace("URL", url).replace("QUEUE", queue)
     payload = run_yaml(text)
     assert payload["exit_code"] == 1, payload
     message = payload["error"]["message"]
     assert "authentication failed" in message
-    assert "wrong-Secret-99" not in json.dumps(payload) and PASSWORD not in json.dumps(payload)
+    states = [tmp_path / "ok", tmp_path / "state"]
+    assert_not_shown(["wrong-Secret-99", PASSWORD], [ok, payload], states, caplog, capfd)
 
 
 def test_missing_queue_is_fatal_with_what_to_fix(rabbit, run_yaml) -> None:
