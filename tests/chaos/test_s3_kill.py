@@ -92,3 +92,5 @@ def test_sigkill_three_times_then_every_record_is_in_the_bucket_once(moto_s3, tm
     keys = [int(text(r["key"])) for r in bucket_records(moto_s3, bucket)]
     assert sorted(set(keys)) == list(range(COUNT))  # nothing lost
     assert len(keys) == COUNT  # nothing twice: a replayed batch found its marker, or overwrote its object
+    # Object names sort by generation and zero-padded batch id, lines keep source order: replays included.
+    assert keys == list(range(COUNT))
