@@ -13,7 +13,9 @@ Where things happen:
 - ``commit(end)``, called by Spark once every destination holds the batch, acks the held messages up to
   ``end`` (``ackPolicy: all``: the last one, which acks all before it). Nothing is acked earlier; a crash
   leaves the batch's messages pending, and the next run reads them by range (the durable's delivered
-  sequence marks how far earlier runs pulled) and acks them with its first commit past them.
+  sequence marks how far earlier runs pulled) and acks them with its first commit past them; with
+  ``ackPolicy: explicit`` an ack needs the message's own delivery, so those pulled by a crashed run are
+  acked once the server redelivers them (after ``ackWait``), not before.
 
 A record's position is its stream sequence (decimal text); its metadata ``opencdc.createdAt`` (the
 message's time, as Conduit's connector sets it); its payload the message data, raw.
