@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -320,6 +320,15 @@ def threshold_record(payload: ExitPayload) -> ReviewRecord | None:
         record=None,
         position_bytes=position.encode(),
     )
+
+
+def with_inspected_record(found: ReviewRecord, inspected: list[ReviewRecord]) -> ReviewRecord:
+    """The threshold record ``found`` with its content and exact position bytes from the records of the
+    stopped batch (``inspected``), when that batch holds it; else ``found`` as it is."""
+    same = next((r for r in inspected if r.position == found.position), None)
+    if same is None:
+        return found
+    return replace(found, record=same.record, position_bytes=same.position_bytes, source=same.source)
 
 
 def stopped_batch(state: PipelineState) -> int | None:

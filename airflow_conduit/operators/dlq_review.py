@@ -33,6 +33,7 @@ from airflow_conduit.dlq_review import (
     run_replay,
     stopped_batch,
     threshold_record,
+    with_inspected_record,
 )
 from airflow_conduit.state import USER_ENV, PipelineState
 
@@ -215,11 +216,19 @@ class ConduitDLQReviewOperator(HITLOperator):
         error = payload.error
         intro = f"It stopped on a {error.kind} error `{error.code}` at `{error.node}`: {error.message}"
         found = threshold_record(payload)
-        if found is not None:
-            return [found], intro
         batch = stopped_batch(state)
+        if found is not None:
+            # The engine's message names only the position: the stopped batch holds the record itself.
+            inspected = self._inspect(batch) if batch is not None else {}
+            return [with_inspected_record(found, inspected_records(inspected, None))], intro
         if batch is None:
             return [], intro
+        intro += f" The records of micro-batch {batch}, which it stopped on, follow."
+        return inspected_records(self._inspect(batch), error.to_dict()), intro
+
+    def _inspect(self, batch: int) -> dict[str, Any]:
+        """``airflow-conduit inspect --json`` of the micro-batch the pipeline stopped on."""
+        state = self._state
         code, output, inspected = run_replay(
             inspect_command(self._resolve_pipeline_file(), state, batch),
             env=self._env(),
@@ -230,8 +239,7 @@ class ConduitDLQReviewOperator(HITLOperator):
                 f"airflow-conduit inspect of batch {batch} of {self.pipeline_id} failed (exit {code}): "
                 f"{output[-OUTPUT_TAIL:]}"
             )
-        intro += f" The records of micro-batch {batch}, which it stopped on, follow."
-        return inspected_records(inspected, error.to_dict()), intro
+        return dict(inspected)
 
     def _review(self, context: Context) -> _Review:
         if self.review is ReviewKind.DLQ:

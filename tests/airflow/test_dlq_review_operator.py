@@ -20,7 +20,13 @@ from conftest import SPARK_CONN, AirflowEnv
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.assets import dlq_asset
-from airflow_conduit.dlq_review import REVIEWED_EVENT, ReviewKind, acknowledge
+from airflow_conduit.dlq_review import (
+    REVIEWED_EVENT,
+    ReviewKind,
+    ReviewRecord,
+    acknowledge,
+    with_inspected_record,
+)
 from airflow_conduit.operators.dlq_review import SHOWN_XCOM_KEY, ConduitDLQReviewOperator
 from airflow_conduit.plugins.event_text import describe
 from airflow_conduit.state import PipelineState
@@ -240,6 +246,8 @@ def test_degraded_pipeline_review_acknowledges_the_poison_record_and_resumes(
     poison = records[0]
     assert poison.node == "review-orders:reject-round-amounts"
     assert poison.error == "amount is a multiple of 7"
+    # The form shows the record itself (from the stopped batch), not only the position the error names.
+    assert poison.record is not None and poison.record["payload"]["after"]["amount"] % 7 == 0, poison
     assert op.params["positions"] == poison.position
     assert op.body is not None and "is **degraded**" in op.body and "dlq_threshold_exceeded" in op.body
     outcome = op.execute_complete({}, answer("acknowledge", reason="bad order", positions=poison.position))
@@ -496,3 +504,30 @@ def test_the_answer_acts_on_the_records_the_form_showed(airflow_env: AirflowEnv,
     outcome = result["xcom"]["review"]["return_value"]
     assert (outcome["records"], outcome["skipped"], outcome["user"]) == (2, 2, "alice"), outcome
     assert result["xcom"]["review"][SHOWN_XCOM_KEY]["ids"] == outcome["ids"]
+
+
+def test_a_threshold_record_takes_its_content_and_exact_position_from_the_stopped_batch() -> None:
+    """The engine's threshold message names the position as text only; the stopped batch's record gives
+    the form its content, and the acknowledgement the position's own bytes (not the text re-encoded)."""
+    raw_position = b"orders.jsonl:\xff\x01"
+    text = raw_position.decode(errors="replace")
+    found = ReviewRecord(
+        id=text, position=text, node="p:check", error="too many", record=None, position_bytes=text.encode()
+    )
+    stored = {"position": base64.b64encode(raw_position).decode(), "payload": {"after": {"n": 7}}}
+    inspected = [
+        ReviewRecord(id="other", position="other", node=None, error=None, record={}, position_bytes=b"other"),
+        ReviewRecord(
+            id=text,
+            position=text,
+            node=None,
+            error=None,
+            record=stored,
+            position_bytes=raw_position,
+            source="in",
+        ),
+    ]
+    enriched = with_inspected_record(found, inspected)
+    assert (enriched.record, enriched.position_bytes, enriched.source) == (stored, raw_position, "in")
+    assert (enriched.node, enriched.error) == ("p:check", "too many")
+    assert with_inspected_record(found, inspected[:1]) == found
