@@ -1,7 +1,9 @@
 """The sources' lag at the end of each batch, for the batch log (:mod:`airflow_conduit.batch_log`).
 
 A source reports a lag when its module has a ``lag_reader`` (:class:`~.connectors.LagReader`): the file
-source in bytes not yet read, the Postgres source in WAL bytes its slot holds. The lag is taken from the
+source in bytes not yet read, the Postgres source in WAL bytes its slot holds, RabbitMQ the queue's ready
+messages, NATS the messages its durable consumer has yet to deliver, Redis the entries its consumer group
+has yet to deliver. The lag is taken from the
 batch's end offsets in Spark's offset log, on the driver, after the batch was published. A lag that cannot
 be had (a database that does not answer) is left out of that batch's entry: it never fails a pipeline.
 """
@@ -15,7 +17,7 @@ from typing import Any
 
 from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.config.model import PipelineConfig
-from airflow_conduit.engine.connectors import LagReader, plugins
+from airflow_conduit.engine.connectors import LagReader, SourceContext, plugins
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -35,7 +37,10 @@ class SourceLags:
         self._readers: list[tuple[int, str, LagReader]] = []
         self._failing: set[str] = set()
         for index, source in enumerate(pipeline.sources):
-            reader = plugins.lag_reader(source)
+            # The context the source reads with (as ``inspect`` builds it): the durable consumer or
+            # consumer group a source derives from its node id is the one its lag is asked of.
+            ctx = SourceContext(source.id, source.node_id, stop_file="", parallelism=1)
+            reader = plugins.lag_reader(source, ctx)
             if reader is not None:
                 self._readers.append((index, source.node_id, reader))
 

@@ -39,7 +39,8 @@ class Staged(Protocol):
 
 
 class LagReader(Protocol):
-    """A source's lag at the end of a batch (``lag_reader(settings)`` of a source module, optional).
+    """A source's lag at the end of a batch (``lag_reader(settings, ctx)`` of a source module, optional;
+    ``ctx`` is the :class:`SourceContext` the source reads with, for the names it derives from its node).
 
     Called on the driver after each batch, with the batch's end offset as Spark's offset log holds it
     (parsed JSON; ``None`` when the source has no offset yet); must be cheap (one stat per file, one

@@ -347,7 +347,7 @@ class FileLag:
         pass
 
 
-def lag_reader(settings: FileSourceSettings) -> FileLag:
+def lag_reader(settings: FileSourceSettings, ctx: SourceContext) -> FileLag:
     return FileLag(settings.path)
 
 

@@ -43,8 +43,9 @@ def stage(plugin: str, records: DataFrame, settings: PluginSettings, delivery: D
     return staged
 
 
-def lag_reader(source: ConnectorConfig) -> LagReader | None:
+def lag_reader(source: ConnectorConfig, ctx: SourceContext) -> LagReader | None:
     """What tells how far the source is behind, at the end of each batch; ``None`` for a source that
-    cannot say it cheaply (its module has no ``lag_reader``)."""
+    cannot say it cheaply (its module has no ``lag_reader``). ``ctx`` names the source's node, from
+    which some sources derive the names they read under (a NATS durable, a Redis consumer group)."""
     make = getattr(spec_of(source.plugin, "source").implementation(), "lag_reader", None)
-    return make(source.settings) if make is not None else None
+    return make(source.settings, ctx) if make is not None else None

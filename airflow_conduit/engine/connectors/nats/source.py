@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
@@ -69,6 +70,12 @@ _DURABLE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CODE = Code.SOURCE_FAILED
 
 
+def durable_name(settings: NatsSourceSettings, ctx: SourceContext) -> str:
+    """The durable consumer the source reads through: ``durable``, else one named after the node (the
+    reader and the lag reader must name the same one)."""
+    return settings.durable or _DURABLE_UNSAFE.sub("_", f"conduit-{ctx.node_id}")
+
+
 @dataclass(frozen=True)
 class NatsSource(Connection):
     """What the stream reader needs of the settings (a plain dataclass: see ``_stream.source_options``)."""
@@ -85,12 +92,11 @@ class NatsSource(Connection):
     @classmethod
     def for_source(cls, settings: NatsSourceSettings, ctx: SourceContext) -> NatsSource:
         connection = Connection.from_settings(settings, ctx.connector_id)
-        durable = settings.durable or _DURABLE_UNSAFE.sub("_", f"conduit-{ctx.node_id}")
         return cls(
             **{name: getattr(connection, name) for name in Connection.__dataclass_fields__},
             stream=settings.stream,
             subject=settings.subject,
-            durable=durable,
+            durable=durable_name(settings, ctx),
             deliver_policy=settings.deliver_policy,
             ack_policy=settings.ack_policy,
             ack_wait=settings.ack_wait,
@@ -387,6 +393,63 @@ class NatsDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return NatsStreamReader(dict(self.options))
+
+
+class ConsumerLag:
+    """The durable consumer's ``num_pending`` at the end of a batch: the stream's messages on its
+    subject past the last one the consumer delivered. The driver pulls up to each batch's end, so that
+    is what lies behind the batch; messages delivered past the end are left out until a batch holds
+    them (a pull over a subject with gaps in its stream sequences may overshoot the end, and a crashed
+    run may have pulled further). On a connection of the engine's own, kept for the run, in a loop
+    thread of its own (nats-py is asyncio)."""
+
+    def __init__(self, config: NatsSource) -> None:
+        self.config = config
+        self._loop: LoopThread | None = None
+        self._client: Any = None
+
+    def lag(self, end: Any) -> SourceLag | None:
+        if self._loop is None:
+            self._loop = LoopThread()
+        try:
+            info = self._loop.run(self._consumer_info(), timeout=60)
+        except nats_errors() as error:
+            self._drop_connection()
+            raise classify(
+                error, self.config, "nats source: cannot read the consumer's state", _CODE
+            ) from None
+        except BaseException:
+            self._drop_connection()  # a fresh connection next time
+            raise
+        return SourceLag(float(info.num_pending), "messages")
+
+    async def _consumer_info(self) -> Any:
+        if self._client is None or not self._client.is_connected:
+            if self._client is not None:
+                with contextlib.suppress(Exception):  # a broken connection: nothing to save
+                    await self._client.close()
+            self._client = None
+            # No reconnect: a lost connection fails this point and the next batch connects afresh.
+            self._client = await self.config.connect(reconnect=False, code=_CODE)
+        js = self._client.jetstream(timeout=REQUEST_TIMEOUT)
+        return await js.consumer_info(self.config.stream, self.config.durable)
+
+    def _drop_connection(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection: nothing to save
+                self._loop.run(client.close(), timeout=10)
+
+    def close(self) -> None:
+        if self._loop is None:
+            return
+        self._drop_connection()
+        self._loop.close()
+        self._loop = None
+
+
+def lag_reader(settings: NatsSourceSettings, ctx: SourceContext) -> ConsumerLag:
+    return ConsumerLag(NatsSource.for_source(settings, ctx))
 
 
 def read_stream(spark: SparkSession, settings: NatsSourceSettings, ctx: SourceContext) -> DataFrame:

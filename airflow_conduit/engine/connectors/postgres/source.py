@@ -385,7 +385,7 @@ class SlotLag:
             self._conn = None
 
 
-def lag_reader(settings: PostgresSourceSettings) -> SlotLag:
+def lag_reader(settings: PostgresSourceSettings, ctx: SourceContext) -> SlotLag:
     return SlotLag(Config.from_settings(settings))
 
 

@@ -384,5 +384,5 @@ class QueueLag:
                 logger.debug("rabbitmq lag: close failed: %s", type(error).__name__)
 
 
-def lag_reader(settings: RabbitmqSourceSettings) -> QueueLag:
+def lag_reader(settings: RabbitmqSourceSettings, ctx: SourceContext) -> QueueLag:
     return QueueLag(Config.from_settings(settings))

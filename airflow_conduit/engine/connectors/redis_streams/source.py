@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.connectors._stream import (
     SourceContext,
     parse_options,
@@ -68,6 +69,13 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def group_name(settings: RedisSourceSettings, ctx: SourceContext) -> str:
+    """The consumer group the source reads through: ``consumerGroup``, else one named after the
+    pipeline and the connector (the reader and the lag reader must name the same one)."""
+    pipeline, _, connector = ctx.node_id.rpartition(":")
+    return settings.consumer_group or f"conduit-{pipeline or 'pipeline'}-{connector}"
+
+
 @dataclass(frozen=True)
 class Config:
     """The source's settings as plain values (JSON to the Python workers)."""
@@ -80,10 +88,9 @@ class Config:
 
     @classmethod
     def of(cls, settings: RedisSourceSettings, ctx: SourceContext) -> Config:
-        pipeline, _, connector = ctx.node_id.rpartition(":")
         return cls(
             server=Server.of(settings).__dict__,
-            group=settings.consumer_group or f"conduit-{pipeline or 'pipeline'}-{connector}",
+            group=group_name(settings, ctx),
             consumer=settings.consumer_name or ctx.node_id,
             polling_period=settings.polling_period,
             max_records=settings.max_records_per_batch,
@@ -303,6 +310,43 @@ class RedisDataSource(DataSource):
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         return RedisStreamReader(dict(self.options))
+
+
+class GroupLag:
+    """The consumer group's ``lag`` (``XINFO GROUPS``, Redis 7): the stream's entries not yet delivered
+    to the group. The driver takes exactly each batch's entries for the group, so that is what lies
+    behind the batch. On a client of the engine's own, kept for the run."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.server = config.stream
+        self._client: Any = None
+
+    def lag(self, end: Any) -> SourceLag | None:
+        try:
+            with classified(self.server, "redis source: cannot read the group's lag", Code.SOURCE_FAILED):
+                if self._client is None:
+                    self._client = connect(self.server, Code.SOURCE_FAILED)
+                groups = self._client.xinfo_groups(self.server.key)
+        except BaseException:
+            self.close()  # a fresh connection next time
+            raise
+        for info in groups:
+            if _text(info.get("name")) == self.config.group:
+                behind = info.get("lag")
+                # None: the server cannot tell (entries deleted in the group's range); older than
+                # Redis 7 the field is missing altogether.
+                return SourceLag(float(behind), "entries") if behind is not None else None
+        return None
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def lag_reader(settings: RedisSourceSettings, ctx: SourceContext) -> GroupLag:
+    return GroupLag(Config.of(settings, ctx))
 
 
 def read_stream(spark: SparkSession, settings: RedisSourceSettings, ctx: SourceContext) -> DataFrame:
