@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_conduit.batch_log import read_batches
+from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl, text
 from tests.servers.nats import SERVER, NatsServer
 from tests.servers.nats import nats_server as nats_server  # the fixture
@@ -76,6 +78,13 @@ def test_the_source_delivers_in_stream_order_and_acks_only_committed_batches(
     assert all(int(r["metadata"]["opencdc.createdAt"]) > 0 for r in records)
     consumer = nats_server.consumer_info("ORDERS", "conduit-ns_in")
     assert consumer.num_ack_pending == 0 and consumer.ack_floor.stream_seq == 55
+    # The batch log's lag: the durable's undelivered `orders` messages behind each batch of 20
+    # sequences (the first batch holds sequences 1-20: 30 of the 50 are left). The middle one is not
+    # pinned: its pull overshoots its end across the `other` gap, and those messages are not counted.
+    lags = [e.lag["ns:in"] for e in read_batches(PipelineState(tmp_path / "state", "ns"))]
+    assert len(lags) == payload["batches"] >= 3
+    assert {lag.unit for lag in lags} == {"messages"}
+    assert lags[0].value == 30 and lags[-1].value == 0
 
     nats_server.publish("orders", _bodies(10, 50))  # a new run resumes where the durable acked
     payload = run_yaml(SOURCE_PIPELINE % {"url": nats_server.url, "ack": "explicit"})

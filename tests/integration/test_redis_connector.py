@@ -8,9 +8,11 @@ import json
 
 import pytest
 
+from airflow_conduit.batch_log import SourceLag, read_batches
 from airflow_conduit.config import ConfigError, load_pipeline_text
 from airflow_conduit.engine.connectors.redis_streams import destination as redis_destination
 from airflow_conduit.errors import TransientError
+from airflow_conduit.state import PipelineState
 from tests.conftest import read_jsonl, text
 from tests.servers.redis import RedisServer, redis_server
 
@@ -54,6 +56,9 @@ def test_source_reads_each_entry_once_and_acks_after_commit(run_yaml, redis_serv
     assert first["metadata"]["opencdc.createdAt"] == str(int(ids[0].split("-")[0]) * 1_000_000)
     assert payload["batches"] == 3
     assert pending(redis_server, "src1", "conduit-rs-in") == 0  # every batch committed, so acked
+    # The batch log's lag: the group's undelivered entries behind each batch of 10 (25 in all).
+    lags = [e.lag["rs:in"] for e in read_batches(PipelineState(tmp_path / "state", "rs"))]
+    assert lags == [SourceLag(15.0, "entries"), SourceLag(5.0, "entries"), SourceLag(0.0, "entries")]
 
     more = add(redis_server, "src1", 25, 30)
     payload = run_yaml(source_pipeline(redis_server, "src1"))
