@@ -9,28 +9,12 @@ and last positions, and the error codes seen. A DAG scheduled on the asset can r
 from __future__ import annotations
 
 import os
-import re
 from urllib.parse import SplitResult
 
 from airflow.sdk import Asset
 
+from airflow_conduit.asset_uris import DLQ_GROUP, PIPELINE_ID_PATTERN, dlq_uri
 from airflow_conduit.state import path_segment
-
-SCHEME = "conduit"
-DLQ_GROUP = "dead_letter_queue"
-_PIPELINE_ID = re.compile(r"^(?!\.+$)[A-Za-z0-9._~-]+$")  # Conduit ids, `:` as `~`; not `.` or `..`
-
-
-def dlq_uri(pipeline_id: str) -> str:
-    """``conduit://PIPELINE_ID/dlq``; a ``:`` of a Conduit id (it would read as a port) is written as in the
-    state dir's name (:func:`airflow_conduit.state.path_segment`): ``orders:v2`` is ``conduit://orders~v2/dlq``."""
-    host = path_segment(pipeline_id or "")
-    if not _PIPELINE_ID.match(host):
-        raise ValueError(
-            f"pipeline id {pipeline_id!r} cannot name a DLQ asset: use letters, digits and . _ : - "
-            "(not . or ..)"
-        )
-    return f"{SCHEME}://{host}/dlq"
 
 
 def dlq_asset(
@@ -39,6 +23,7 @@ def dlq_asset(
     state_dir: str | os.PathLike[str] | None = None,
     watch: bool = False,
     poll_interval: float = 2.0,
+    airflow_api_conn_id: str | None = None,
 ) -> Asset:
     """The DLQ of ``pipeline_id``: URI ``conduit://PIPELINE_ID/dlq``, group ``dead_letter_queue``.
 
@@ -51,6 +36,10 @@ def dlq_asset(
         triggerer and emits one asset event per committed DLQ write while the pipeline runs, however it
         was started; the operator then leaves the announcing to it
     :param poll_interval: seconds between the watcher's looks at the DLQ store
+    :param airflow_api_conn_id: with ``watch``, a connection to Airflow's REST API
+        (:mod:`airflow_conduit.hooks.asset_events`): a DLQ write whose event a stopped triggerer may
+        have stored is looked up there instead of announced again, so each write is announced once
+        across triggerer restarts
     """
     uri = dlq_uri(pipeline_id)
     if not watch:
@@ -65,7 +54,10 @@ def dlq_asset(
     from airflow_conduit.triggers.dlq_watch import DLQWatchTrigger
 
     trigger = DLQWatchTrigger(
-        pipeline_id=pipeline_id, state_dir=os.fspath(state_dir), poll_interval=poll_interval
+        pipeline_id=pipeline_id,
+        state_dir=os.fspath(state_dir),
+        poll_interval=poll_interval,
+        airflow_api_conn_id=airflow_api_conn_id,
     )
     watcher = AssetWatcher(name=f"conduit-dlq-{path_segment(pipeline_id)}", trigger=trigger)
     return Asset(name=uri, uri=uri, group=DLQ_GROUP, extra={"pipeline_id": pipeline_id}, watchers=[watcher])
@@ -78,7 +70,7 @@ def sanitize_uri(uri: SplitResult) -> SplitResult:
     """
     if not uri.netloc:
         raise ValueError("a conduit:// URI must name a pipeline: conduit://PIPELINE_ID/dlq")
-    if not _PIPELINE_ID.match(uri.netloc):
+    if not PIPELINE_ID_PATTERN.match(uri.netloc):
         raise ValueError(f"invalid pipeline id in conduit URI: {uri.netloc!r}")
     if uri.path != "/dlq":
         raise ValueError(f"unknown conduit asset {uri.path!r}: only conduit://PIPELINE_ID/dlq is defined")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -31,6 +31,9 @@ from airflow_conduit.state import PipelineState, read_json, write_json_atomic
 
 PUBLISHED_FILE = "dlq_published.json"
 """``STATE_DIR/PIPELINE_ID/dlq_published.json``: DLQ line counts already announced in asset events."""
+OFFERED_FILE = "dlq_offered.json"
+"""``STATE_DIR/PIPELINE_ID/dlq_offered.json``: DLQ writes the watcher offered as events and has not yet
+heard were stored (``{"writes": {prefix: offered_at}}``); a restarted watcher settles them first."""
 WATCH_FILE = "dlq_watch.json"
 """``STATE_DIR/PIPELINE_ID/dlq_watch.json``: when a live watcher last looked; the operator leaves the
 announcing to a watcher seen recently."""
@@ -124,14 +127,35 @@ def read_announced(state: PipelineState) -> dict[str, int]:
     return {str(name): int(count) for name, count in files.items()}
 
 
-def mark_announced(state: PipelineState, files: Mapping[str, list[int] | tuple[int, int]]) -> None:
-    """Record ``{file: [start, end]}`` as announced; a count never goes down (a late, older update
-    cannot re-open lines)."""
+def read_offered(state: PipelineState) -> dict[str, datetime]:
+    """The writes offered and not yet settled: ``{prefix: when offered}``."""
+    writes = (read_json(state.root / OFFERED_FILE) or {}).get("writes") or {}
+    return {str(prefix): datetime.fromisoformat(at) for prefix, at in writes.items()}
+
+
+def mark_offered(state: PipelineState, prefix: str, now: datetime | None = None) -> None:
+    """Record that write ``prefix`` is about to be offered as an event (before the offer: a triggerer
+    that dies after it leaves the record for the next one to settle)."""
     with _locked(state.root):
-        ledger = read_announced(state)
-        for name, (_, end) in files.items():
-            ledger[name] = max(ledger.get(name, 0), int(end))
-        write_json_atomic(state.root / PUBLISHED_FILE, {"files": ledger})
+        writes = {p: at.isoformat() for p, at in read_offered(state).items()}
+        writes[prefix] = (now or datetime.now(UTC)).isoformat()
+        write_json_atomic(state.root / OFFERED_FILE, {"writes": writes})
+
+
+def settle_offered(
+    state: PipelineState, prefixes: Iterable[str], announced: Mapping[str, list[int]] | None = None
+) -> None:
+    """Forget the offers of ``prefixes``; with ``announced`` (``{file: [start, end]}``) also record those
+    lines in the ledger, under the same lock."""
+    with _locked(state.root):
+        if announced:
+            ledger = read_announced(state)
+            for name, (_, end) in announced.items():
+                ledger[name] = max(ledger.get(name, 0), int(end))
+            write_json_atomic(state.root / PUBLISHED_FILE, {"files": ledger})
+        settled = set(prefixes)
+        writes = {p: at.isoformat() for p, at in read_offered(state).items() if p not in settled}
+        write_json_atomic(state.root / OFFERED_FILE, {"writes": writes})
 
 
 @contextmanager

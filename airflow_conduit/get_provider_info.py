@@ -79,7 +79,12 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Conduit", "python-modules": ["airflow_conduit.operators.pipeline"]}
         ],
         "sensors": [{"integration-name": "Conduit", "python-modules": ["airflow_conduit.sensors.pipeline"]}],
-        "hooks": [{"integration-name": "Conduit", "python-modules": ["airflow_conduit.hooks.conduit"]}],
+        "hooks": [
+            {
+                "integration-name": "Conduit",
+                "python-modules": ["airflow_conduit.hooks.conduit", "airflow_conduit.hooks.asset_events"],
+            }
+        ],
         "triggers": [
             {
                 "integration-name": "Conduit",

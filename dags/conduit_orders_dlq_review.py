@@ -38,7 +38,9 @@ STATE_DIR = os.environ.get("CONDUIT_STATE_DIR", str(REPO / ".conduit"))
 OUTPUT_DIR = os.environ.get("CONDUIT_OUTPUT_DIR", str(REPO / "demo-output"))
 # Watched: the triggerer announces each DLQ write while the pipeline runs (also one started from the CLI),
 # and the hourly DAG's operator then leaves the announcing to it.
-ORDERS_DLQ = dlq_asset("orders", state_dir=STATE_DIR, watch=True)
+# airflow_api_conn_id: exactly once across triggerer restarts where the connection exists (docker-compose.yaml
+# sets it); without it, a write may be announced twice there, never lost.
+ORDERS_DLQ = dlq_asset("orders", state_dir=STATE_DIR, watch=True, airflow_api_conn_id="conduit_airflow_api")
 ORDERS = {
     "pipeline_file": "pipelines/orders.yaml",
     "pipeline_id": "orders",

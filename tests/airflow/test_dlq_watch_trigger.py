@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -288,7 +289,12 @@ def test_watched_asset_and_trigger_serialization(tmp_path: Path) -> None:
     (watcher,) = watched.watchers
     classpath, kwargs = watcher.trigger.serialize()
     assert classpath == "airflow_conduit.triggers.dlq_watch.DLQWatchTrigger"
-    assert kwargs == {"pipeline_id": "orders:v2", "state_dir": str(tmp_path), "poll_interval": 1.5}
+    assert kwargs == {
+        "pipeline_id": "orders:v2",
+        "state_dir": str(tmp_path),
+        "poll_interval": 1.5,
+        "airflow_api_conn_id": None,
+    }
     assert DLQWatchTrigger(**kwargs).serialize() == (classpath, kwargs)
     with pytest.raises(ValueError, match="state_dir"):
         dlq_asset("orders", watch=True)
@@ -349,3 +355,34 @@ def test_the_operator_leaves_announcing_to_a_watcher(state: PipelineState) -> No
     # A watcher declared in another DAG is seen through the state dir.
     dlq_batches.note_watching(state)
     assert operator()._dlq_watched()
+
+
+def test_an_offer_of_unknown_fate_is_offered_again_when_airflow_cannot_be_asked(
+    state: PipelineState, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A triggerer stopped between its offer and the confirmation leaves the write in ``dlq_offered.json``.
+    The next producer asks the API server; when it cannot answer (nothing listens), the write is offered
+    again: announced twice at worst, never lost."""
+    writes = sorted(store_writes(state))
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_UNREACHABLE_API", json.dumps({"conn_type": "http", "host": "127.0.0.1", "port": port})
+    )
+
+    async def scenario() -> tuple[str, list[str], dict[str, Any]]:
+        first = DLQWriteProducer(PIPELINE_ID, str(state.state_dir), 0.2)
+        stream = Stream(first.open_stream())
+        _, offered = await stream.next()
+        await stream.close()  # stopped before Airflow confirmed it
+        left = dlq_batches.read_offered(state)
+        restarted = DLQWriteProducer(PIPELINE_ID, str(state.state_dir), 0.2, "unreachable_api")
+        stream = Stream(restarted.open_stream())
+        again = [item[1].prefix for item in await stream.take(len(writes))]
+        await stream.close()
+        return offered.prefix, again, left
+
+    offered, again, left = asyncio.run(scenario())
+    assert set(left) == {offered} == {writes[0]}
+    assert again == writes

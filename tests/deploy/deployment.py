@@ -381,6 +381,10 @@ def deployment(
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
             "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "600",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark.master_url}),
+            # The DLQ watcher asks the API server which events a stopped triggerer stored (case 6).
+            "AIRFLOW_CONN_CONDUIT_AIRFLOW_API": json.dumps(
+                {"conn_type": "http", "host": f"http://127.0.0.1:{api_port}"}
+            ),
             "CONDUIT_STATE_DIR": str(state_dir),
             "CONDUIT_OUTPUT_DIR": str(output_dir),
             "DEPLOY_WORK_DIR": str(work_dir),

@@ -17,7 +17,15 @@ from deploy_common import STATE_DIR, WORK_DIR
 from airflow_conduit.assets import dlq_asset
 from airflow_conduit.operators.dlq_review import ConduitDLQReviewOperator
 
-WATCHED_DLQ = dlq_asset("deploy-watched", state_dir=STATE_DIR, watch=True, poll_interval=1.0)
+# With the API connection: a write whose event a stopped triggerer may have stored is looked up, not
+# announced again.
+WATCHED_DLQ = dlq_asset(
+    "deploy-watched",
+    state_dir=STATE_DIR,
+    watch=True,
+    poll_interval=1.0,
+    airflow_api_conn_id="conduit_airflow_api",
+)
 REVIEW_TIMEOUT = timedelta(seconds=20)
 
 with DAG(
