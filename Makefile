@@ -79,6 +79,7 @@ docs: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/throughput.py
+	$(VENV)/bin/python benchmarks/whole_process.py
 
 # PostgreSQL, each on its own throwaway cluster: the destination against Spark JDBC, then the CDC source's
 # throughput and end-to-end latency (about 2-3 minutes here).
