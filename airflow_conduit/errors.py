@@ -34,6 +34,10 @@ class Code:
     PIPELINE_LOCKED = "pipeline_locked"  # another engine runs the pipeline (run.lock): this run was refused
 
 
+CODE_NOTE = "conduit error code: "
+"""How a :class:`ConduitError`'s code appears in its traceback (an exception note)."""
+
+
 class ConduitError(Exception):
     """Base of the errors a user's ``custom.python`` code may raise to stop the pipeline."""
 
@@ -42,6 +46,10 @@ class ConduitError(Exception):
     def __init__(self, message: str = "", *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        if code:
+            # Raised on an executor, the error reaches the driver only as traceback text: the note is
+            # printed under the exception's line, so the engine can read the code back.
+            self.add_note(f"{CODE_NOTE}{code}")
 
 
 class TransientError(ConduitError):

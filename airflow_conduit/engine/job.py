@@ -26,7 +26,7 @@ from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.lag import SourceLags
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
-from airflow_conduit.errors import EXIT_STOPPED, Code, PipelineError, PipelineStopped
+from airflow_conduit.errors import CODE_NOTE, EXIT_STOPPED, Code, PipelineError, PipelineStopped
 from airflow_conduit.run_origin import airflow_context
 from airflow_conduit.state import ExitPayload, PipelineState, Status, utc_now
 
@@ -294,7 +294,9 @@ def classify_failure(failure: Exception) -> PipelineError:
     if raised:
         fatal = raised[-1].group(1) == "FatalError"
         message = raised[-1].group(2).strip()[:MESSAGE_LIMIT]
-        return PipelineError("fatal" if fatal else "transient", code, message, None)
+        # A connector's error names its code in a note under its line (errors.CODE_NOTE).
+        noted = re.compile(rf"\n{re.escape(CODE_NOTE)}(\w+)").match(text, raised[-1].end())
+        return PipelineError("fatal" if fatal else "transient", noted[1] if noted else code, message, None)
     return PipelineError("transient", code, failure_message(text) or type(failure).__name__, None)
 
 
