@@ -31,20 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from throughput import DATA_SCHEMA, make_data
+from throughput import DATA_SCHEMA, PIPELINE, make_data
 
 VENV_BIN = Path(sys.executable).parent
-PIPELINE = """\
-version: "2.2"
-pipelines:
-  - id: whole
-    connectors:
-      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{source}"}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{target}"}}}}
-    processors:
-      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
-      - {{id: tag, plugin: field.set, settings: {{field: .Payload.After.env, value: prod}}}}
-"""
 BARE_JOB = """\
 import sys
 from pyspark.sql import SparkSession, functions as F
@@ -102,7 +91,7 @@ def run_pipeline(work: Path, source: Path) -> tuple[float, Phases]:
     for path in (target, state):
         shutil.rmtree(path, ignore_errors=True)
     pipeline = work / "pipeline.yaml"
-    pipeline.write_text(PIPELINE.format(source=source, target=target))
+    pipeline.write_text(PIPELINE.format(id="whole", source=source, target=target, extra=""))
     launched = datetime.now().astimezone()
     started = time.perf_counter()
     done = subprocess.run(
