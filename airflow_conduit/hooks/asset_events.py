@@ -14,6 +14,7 @@ token is asked for (the simple auth manager with all users admins).
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,9 @@ from airflow.sdk.bases.hook import BaseHook
 
 PAGE = 100
 """Asset events per API request."""
+SERVER_ERROR_TRIES = 10
+SERVER_ERROR_WAIT = 3.0
+"""Seconds between tries after a server error (a queued DAG run starts within a scheduler loop)."""
 
 
 class AirflowAssetEventsHook(BaseHook):
@@ -54,18 +58,7 @@ class AirflowAssetEventsHook(BaseHook):
                 return []
             payloads: list[dict[str, Any]] = []
             while True:
-                response = await client.get(
-                    "/api/v2/assets/events",
-                    params={
-                        "asset_id": asset_id,
-                        "timestamp_gte": since.isoformat(),
-                        "order_by": "timestamp",
-                        "limit": PAGE,
-                        "offset": len(payloads),
-                    },
-                )
-                response.raise_for_status()
-                page = response.json()
+                page = await _events_page(client, asset_id, since, offset=len(payloads))
                 events = page.get("asset_events") or []
                 payloads += [((e.get("extra") or {}).get("payload") or {}) for e in events]
                 if not events or len(payloads) >= int(page.get("total_entries") or 0):
@@ -79,6 +72,25 @@ def base_url(host: str, port: int | None, schema: str) -> str:
     if port and not url.rsplit("/", 1)[-1].count(":"):
         url += f":{port}"
     return url
+
+
+async def _events_page(client: httpx.AsyncClient, asset_id: int, since: datetime, offset: int) -> Any:
+    """One page of the asset's events. Airflow 3.3.2 answers 500 while an event's DAG run is queued
+    (its ``created_dagruns`` fail validation without a ``start_date``): asked again a few times."""
+    params: dict[str, str | int] = {
+        "asset_id": asset_id,
+        "timestamp_gte": since.isoformat(),
+        "order_by": "timestamp",
+        "limit": PAGE,
+        "offset": offset,
+    }
+    for attempt in range(SERVER_ERROR_TRIES):
+        response = await client.get("/api/v2/assets/events", params=params)
+        if response.status_code < 500 or attempt == SERVER_ERROR_TRIES - 1:
+            break
+        await asyncio.sleep(SERVER_ERROR_WAIT)
+    response.raise_for_status()
+    return response.json()
 
 
 async def _token(client: httpx.AsyncClient, login: str, password: str | None) -> str:

@@ -29,6 +29,8 @@ ARTIFACTS = Path(
     os.environ.get("CONDUIT_SCREENSHOT_DIR") or Path(tempfile.gettempdir()) / "conduit-deploy-artifacts"
 )
 RECORDS = 10
+ANSWER_AFTER = 15.0
+"""Seconds between the form appearing and the answer (see where it is used)."""
 PIPELINES = {"replay": "deploy-review-replay", "ack": "deploy-review-ack"}
 
 
@@ -120,6 +122,10 @@ def test_dlq_review_replay_and_acknowledge_through_the_api(deploy: Deployment) -
     pipeline_file = deploy.dags_dir / "pipelines" / "review.yaml"
     text = pipeline_file.read_text()
     pipeline_file.write_text(text.replace("amount % 3 = 0", "amount % 1000000007 = 0"))
+    # As a person would, answer some seconds after the form appeared: answered at once, the task resumes
+    # while the worker process that deferred it is still exiting, and Airflow 3.3's scheduler marks the
+    # task failed ("finished with state success, but the task instance's state attribute is running").
+    time.sleep(ANSWER_AFTER)
     responded = answer(deploy, "deploy_review_replay", runs["replay"], "replay", "modulus fixed")
     user = responded["responded_by"]["name"]
     watch = api.wait_for_run("deploy_review_replay", runs["replay"], timeout=900)

@@ -3,7 +3,7 @@ pipeline that the test runs from the command line (no Airflow task runs it).
 
 ``deploy_dlq_watch`` reports the DLQ writes of the events that triggered each run. ``deploy_dlq_watch_review``
 is the review DAG on the same asset: a ``ConduitDLQReviewOperator`` that nobody answers, so its timeout's
-default (``leave``) ends each run; one run at a time, later events wait for the next run."""
+default (``leave``) ends each run."""
 
 from __future__ import annotations
 
@@ -57,7 +57,6 @@ with DAG(
     schedule=[WATCHED_DLQ],
     start_date=pendulum.datetime(2026, 1, 1),
     catchup=False,
-    max_active_runs=1,
 ):
     ConduitDLQReviewOperator(
         task_id="review",
