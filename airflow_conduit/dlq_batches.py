@@ -137,9 +137,7 @@ def mark_offered(state: PipelineState, prefix: str, now: datetime | None = None)
     """Record that write ``prefix`` is about to be offered as an event (before the offer: a triggerer
     that dies after it leaves the record for the next one to settle)."""
     with _locked(state.root):
-        writes = {p: at.isoformat() for p, at in read_offered(state).items()}
-        writes[prefix] = (now or datetime.now(UTC)).isoformat()
-        write_json_atomic(state.root / OFFERED_FILE, {"writes": writes})
+        _write_offered(state, {**read_offered(state), prefix: now or datetime.now(UTC)})
 
 
 def settle_offered(
@@ -154,8 +152,13 @@ def settle_offered(
                 ledger[name] = max(ledger.get(name, 0), int(end))
             write_json_atomic(state.root / PUBLISHED_FILE, {"files": ledger})
         settled = set(prefixes)
-        writes = {p: at.isoformat() for p, at in read_offered(state).items() if p not in settled}
-        write_json_atomic(state.root / OFFERED_FILE, {"writes": writes})
+        _write_offered(state, {p: at for p, at in read_offered(state).items() if p not in settled})
+
+
+def _write_offered(state: PipelineState, offers: Mapping[str, datetime]) -> None:
+    """Replace ``dlq_offered.json`` (the caller holds the lock)."""
+    writes = {prefix: at.isoformat() for prefix, at in offers.items()}
+    write_json_atomic(state.root / OFFERED_FILE, {"writes": writes})
 
 
 @contextmanager
