@@ -61,6 +61,11 @@ class _Review:
     """DLQ review: records of those events left out as acknowledged or replayed already."""
 
 
+def _task_instance(context: Context) -> Any:
+    """The running task instance, or ``None`` (a bare context, as in tests that call the operator)."""
+    return context.get("ti") or context.get("task_instance")
+
+
 class ConduitDLQReviewOperator(HITLOperator):
     """Shows DLQ records in the Airflow UI's review form and carries out the answer.
 
@@ -265,7 +270,7 @@ class ConduitDLQReviewOperator(HITLOperator):
         )
         if self.review is ReviewKind.POISON:
             self.params[POSITIONS_PARAM] = ",".join(r.position for r in records)
-        ti = context.get("ti") or context.get("task_instance")
+        ti = _task_instance(context)
         if records and ti is not None:
             # The answer may come hours later: by then the asset's latest event, or inspect's batch,
             # may be other records than the person saw.
@@ -293,7 +298,7 @@ class ConduitDLQReviewOperator(HITLOperator):
     def _shown_records(self, context: Context) -> list[ReviewRecord]:
         """The records the form showed, read again from where they came from; without the XCom (a run
         parked before it was kept), the records found now."""
-        ti = context.get("ti") or context.get("task_instance")
+        ti = _task_instance(context)
         shown = (
             ti.xcom_pull(task_ids=ti.task_id, key=SHOWN_XCOM_KEY, map_indexes=ti.map_index)
             if ti is not None
@@ -376,7 +381,7 @@ class ConduitDLQReviewOperator(HITLOperator):
 
     @staticmethod
     def _where(context: Context) -> dict[str, Any]:
-        ti = context.get("ti") or context.get("task_instance")
+        ti = _task_instance(context)
         if ti is None:
             return {}
         return {"airflow": {"dag_id": ti.dag_id, "task_id": ti.task_id, "run_id": ti.run_id}}
