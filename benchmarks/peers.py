@@ -21,8 +21,8 @@ The peers' jobs are in ``benchmarks/peers/`` and run under ``.venv-peers/bin/pyt
 bench-peers`` creates that venv, so ``make test`` never installs the peers); this script runs under
 ``.venv/bin/python``. Every output's line count must equal N and its first line must hold the record with
 ``env = "prod"``, or the script stops with an error. It prints, per system, the median seconds, records/s,
-the peak RSS of the whole process tree (the process and all its children, summed, sampled every 100 ms;
-shared pages count once per process) and airflow-conduit's rate divided by the system's (> 1: ahead).
+the peak memory of the whole process tree (the process and all its children, each one's proportional
+set size summed, so shared pages count once; sampled every 100 ms) and airflow-conduit's rate divided by the system's (> 1: ahead).
 
     .venv/bin/python benchmarks/peers.py [--records N] [--repeat K] [--systems pathway,flink,...]
 """
@@ -167,7 +167,9 @@ def write_data(source: Path, records: int) -> int:
 
 
 def tree_rss(process: psutil.Process) -> int:
-    """The summed RSS of a process and all its descendants (those that exit meanwhile count 0)."""
+    """The memory of a process and all its descendants (those that exit meanwhile count 0): each one's
+    proportional set size, so pages shared between processes (Spark's forked Python workers, a JVM's
+    shared libraries) count once in all, as they take memory once."""
     total = 0
     try:
         family = [process, *process.children(recursive=True)]
@@ -175,7 +177,7 @@ def tree_rss(process: psutil.Process) -> int:
         return 0
     for member in family:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
-            total += member.memory_info().rss
+            total += member.memory_full_info().pss
     return total
 
 
