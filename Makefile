@@ -4,7 +4,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 export PYSPARK_PYTHON := $(abspath $(VENV)/bin/python)
 
-.PHONY: venv demo demo-cli test test-e2e brokers cluster ui chaos deploy lint docs bench bench-postgres bench-brokers bench-peers clean
+.PHONY: venv demo demo-cli test test-e2e brokers cluster ui chaos deploy lint docs bench bench-postgres bench-latency bench-brokers bench-peers clean
 
 venv: $(STAMP)
 
@@ -91,6 +91,12 @@ bench-brokers: $(STAMP)
 bench-postgres: $(STAMP)
 	$(VENV)/bin/python benchmarks/postgres.py
 	$(VENV)/bin/python benchmarks/postgres_cdc.py
+
+# End-to-end latency at a steady 1,000 records/s of two continuous pipelines (file -> file and Postgres CDC
+# -> file, a throwaway cluster as for bench-postgres), with the engine's default trigger and a 100 ms one
+# (about 4 minutes here).
+bench-latency: $(STAMP)
+	$(VENV)/bin/python benchmarks/latency.py --trigger "500 milliseconds,100 milliseconds" $(ARGS)
 
 # airflow-conduit against Pathway, Flink (PyFlink, needs Java) and a bare Spark job, each a whole process
 # with its own recovery on. The peers live in their own venv, .venv-peers, so make test never installs

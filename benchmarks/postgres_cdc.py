@@ -172,7 +172,8 @@ class BatchLog(Tally):
 
 @dataclass
 class Progress:
-    """Spark's progress reports of the query, by batch id (``recentProgress`` keeps only the last 100)."""
+    """Spark's progress reports of the query, by batch id (``recentProgress`` keeps only the last 100):
+    rows, the trigger's start and the durations of PROGRESS_KEYS."""
 
     batches: dict[int, dict[str, Any]] = field(default_factory=dict)
 
@@ -183,6 +184,7 @@ class Progress:
             if progress.numInputRows:
                 self.batches[progress.batchId] = {
                     "rows": progress.numInputRows,
+                    "started": progress.timestamp,  # the trigger's start (ISO-8601 UTC)
                     **{k: v for k, v in progress.durationMs.items() if k in PROGRESS_KEYS},
                 }
 
