@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, archive_options
 
 DEFAULT_MASTER = "local[*]"
 
@@ -21,15 +21,22 @@ def ensure_python_workers() -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 
-def get_session(master: str | None = None, app_name: str = "airflow-conduit") -> SparkSession:
-    """Get or create the session. ``master=None`` keeps what spark-submit configured, else ``local[*]``."""
+def get_session(
+    master: str | None = None, app_name: str = "airflow-conduit", *, java_options: str | None = None
+) -> SparkSession:
+    """Get or create the session. ``master=None`` keeps what spark-submit configured, else ``local[*]``.
+
+    :param java_options: the driver's JVM options, instead of :func:`driver_java_options` (only where
+        this call starts the JVM)
+    """
     ensure_python_workers()
     builder = SparkSession.builder.appName(app_name)
     if master:
         builder = builder.master(master)
     elif not under_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
-    builder = builder.config("spark.driver.extraJavaOptions", driver_java_options())
+    options = driver_java_options() if java_options is None else java_options
+    builder = builder.config("spark.driver.extraJavaOptions", options)
     cores = os.cpu_count() or 2
     spark = (
         builder.config("spark.sql.shuffle.partitions", str(max(2, cores)))
@@ -45,10 +52,14 @@ def get_session(master: str | None = None, app_name: str = "airflow-conduit") ->
     return spark
 
 
-def driver_java_options() -> str:
-    """The JVM options of a driver the engine starts itself (under spark-submit, the submitter's own)."""
+def driver_java_options(*, class_archive: bool = True) -> str:
+    """The JVM options of a driver the engine starts itself (under spark-submit, the submitter's own):
+    the engine's log configuration and GC setting, and the class-data archive when one is built
+    (:mod:`.class_archive`)."""
     log_config = Path(__file__).with_name("log4j2.properties")
-    return f"-Dlog4j2.configurationFile=file:{log_config} {DRIVER_GC_OPTIONS}"
+    options = f"-Dlog4j2.configurationFile=file:{log_config} {DRIVER_GC_OPTIONS}"
+    archive = archive_options() if class_archive else ""
+    return f"{options} {archive}" if archive else options
 
 
 def under_spark_submit() -> bool:

@@ -1,0 +1,117 @@
+"""The Spark driver's class-data archive (engine/jvm.py, engine/class_archive.py): named after the JVM
+and the Spark jars, mapped only when it is there, and a real archive built here is one the JVM maps."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_conduit.engine import jvm
+from airflow_conduit.engine.session import driver_java_options
+
+
+@pytest.fixture
+def fake_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake ``java`` and a fake Spark jars directory; the cache under ``tmp_path``."""
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True)
+    java.write_text("#!/bin/sh\n")
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    (jars / "spark-core.jar").write_bytes(b"1")
+    monkeypatch.setattr(jvm, "_java", lambda: java)
+    monkeypatch.setattr(jvm, "_spark_jars", lambda: jars)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv(jvm.ARCHIVE_ENV, raising=False)
+    return tmp_path
+
+
+def test_the_archive_is_named_after_the_jvm_and_the_jars(fake_install: Path) -> None:
+    first = jvm.archive_path()
+    assert first is not None and first.parent == fake_install / "cache" / "airflow-conduit"
+    assert jvm.archive_path() == first  # stable while nothing changes
+    (fake_install / "jars" / "spark-sql.jar").write_bytes(b"22")  # an upgrade adds or changes jars
+    second = jvm.archive_path()
+    assert second != first
+    (fake_install / "jdk" / "bin" / "java").write_text("#!/bin/sh\n# another build\n")
+    assert jvm.archive_path() not in (first, second)
+
+
+def test_the_driver_maps_the_archive_only_when_it_is_built(
+    fake_install: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = jvm.archive_path()
+    assert path is not None
+    # None built: no option (a missing file would turn off the JDK's own archive as well).
+    assert "SharedArchiveFile" not in driver_java_options()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    assert f"-XX:SharedArchiveFile={path}" in driver_java_options()
+    assert "SharedArchiveFile" not in driver_java_options(class_archive=False)
+    monkeypatch.setenv(jvm.ARCHIVE_ENV, "off")
+    assert "SharedArchiveFile" not in driver_java_options()
+    chosen = fake_install / "mine.jsa"
+    chosen.write_bytes(b"archive")
+    monkeypatch.setenv(jvm.ARCHIVE_ENV, str(chosen))
+    assert f"-XX:SharedArchiveFile={chosen}" in driver_java_options()
+
+
+def test_a_built_archive_is_mapped_by_the_driver_and_a_broken_one_is_ignored(tmp_path: Path) -> None:
+    """Builds a real archive (a JVM runs a small pipeline, about 20 s), then runs a pipeline whose JVM
+    must load Spark's classes from it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop(jvm.ARCHIVE_ENV, None)
+    built = subprocess.run(
+        [sys.executable, "-m", "airflow_conduit.engine.class_archive"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    archives = list((tmp_path / "cache" / "airflow-conduit").glob("spark-driver-*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 10_000_000
+    assert not list((tmp_path / "cache" / "airflow-conduit").glob(".*")), "no partial file left"
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "lines.jsonl").write_text('{"id": 1}\n{"id": 2}\n')
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(
+        f"""
+version: "2.2"
+pipelines:
+  - id: mapped
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{source}"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{tmp_path / "out"}"}}}}
+"""
+    )
+
+    def run(state: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "airflow_conduit.cli", "run", str(pipeline), "--until-idle"]
+        return subprocess.run(
+            [*command, "--state-dir", str(tmp_path / state)],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    # -Xshare:on: a JVM that cannot map its archives fails to start; the class log names, for each
+    # class, the archive it came from ("top": the archive built here, on the JDK's own). To a file:
+    # spark-submit's launcher JVM (which gets these options too) must keep its standard output clean.
+    classes = tmp_path / "classes.log"
+    mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xshare:on -Xlog:class+load=info:file={classes}")
+    assert mapped.returncode == 0, mapped.stderr[-2000:]
+    from_archive = classes.read_text().count("source: shared objects file (top)")
+    assert from_archive > 1000, f"{from_archive} classes came from the built archive"
+    broken = tmp_path / "broken.jsa"
+    broken.write_bytes(b"not an archive")
+    ignored = run("state-broken", **{jvm.ARCHIVE_ENV: str(broken)})
+    assert ignored.returncode == 0, ignored.stderr[-2000:]
+    assert "archive" not in ignored.stderr.lower() and "cds" not in ignored.stderr.lower()
