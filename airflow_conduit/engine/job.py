@@ -33,7 +33,11 @@ from airflow_conduit.state import ExitPayload, PipelineState, Status, utc_now
 logger = logging.getLogger("airflow_conduit.engine")
 
 DEFAULT_STOP_TIMEOUT = 30.0  # seconds; Transporter's window for the batch in flight
-DEFAULT_TRIGGER_INTERVAL = "500 milliseconds"
+DEFAULT_TRIGGER_INTERVAL = "100 milliseconds"
+"""Continuous mode: a micro-batch starts at most this often. A record waits for the next batch to start,
+then for that batch: at 1,000 records/s, p50 end-to-end 0.42-0.54 s at 100 ms against 0.50-0.67 s at
+500 ms (benchmarks/latency.py). An idle pipeline used 1.3-1.9% of a core at 100 ms, 0.8% at 500 ms; the
+sources keep their own polling periods, so their servers are not asked more often."""
 
 
 @dataclass(frozen=True)
