@@ -204,7 +204,7 @@ class PeakRss:
 
 
 def timed(run: Run, log: Path) -> tuple[float, int, int]:
-    """Spawn the run, wait for its exit: (seconds, peak tree RSS in bytes, exit code)."""
+    """Spawn the run, wait for its exit: (seconds, peak tree PSS in bytes, exit code)."""
     env = {**os.environ, **run.env}
     with log.open("w") as out:
         started = time.perf_counter()
@@ -267,7 +267,7 @@ def run_once(system: System, work: Path, source: Path, records: int) -> tuple[fl
 def report(results: dict[str, Result], records: int) -> None:
     rate = {key: records / statistics.median(result.seconds) for key, result in results.items()}
     ours = [key for key in ("conduit", "conduit-payload") if key in rate]
-    header = f"{'system':<44} {'median s':>8} {'records/s':>10} {'peak tree RSS':>13}"
+    header = f"{'system':<44} {'median s':>8} {'records/s':>10} {'peak tree PSS':>13}"
     header += "".join(f"  {'ours (' + key + ') / it':>26}" for key in ours)
     print(header)
     for key, result in results.items():
