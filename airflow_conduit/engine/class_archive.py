@@ -7,7 +7,7 @@ alternating rounds): process start to ``starting`` 5.9 and 5.4 s without, 4.3 an
 whole run 26.2 and 22.7 s against 24.3 and 21.7 s.
 
 The archive belongs to one JVM and one set of Spark jars: its file name carries a digest of both
-(:func:`archive_path`), so after an upgrade the engine looks for a new one and starts without one
+(:func:`~airflow_conduit.engine.jvm.archive_path`), so after an upgrade the engine looks for a new one and starts without one
 until it is built. Built by::
 
     python -m airflow_conduit.engine.class_archive
@@ -31,6 +31,8 @@ from pathlib import Path
 from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_path, cache_dir
 
 _SAMPLE_LINES = 2_000
+BUILD_TIMEOUT = 600.0
+"""Seconds the sample run may take (about 25 on 2 cores) before the build gives up."""
 
 
 def _record_classes(target: Path) -> None:
@@ -92,6 +94,7 @@ def build() -> Path:
         [sys.executable, "-m", "airflow_conduit.engine.class_archive", "--record", str(partial)],
         check=True,
         env=env,
+        timeout=BUILD_TIMEOUT,
     )
     if not partial.is_file():
         raise SystemExit(f"the JVM wrote no archive to {partial}")
