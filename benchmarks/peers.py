@@ -50,6 +50,8 @@ import yaml
 from throughput import DATA_SCHEMA, PIPELINE, make_data
 from whole_process import BARE_JOB
 
+from airflow_conduit.engine.connectors.file import count_lines, is_visible
+
 HERE = Path(__file__).resolve().parent
 VENV_BIN = Path(sys.executable).parent
 PEERS_PYTHON = HERE.parent / ".venv-peers" / "bin" / "python"
@@ -81,7 +83,7 @@ class System:
 @dataclass
 class Result:
     seconds: list[float] = field(default_factory=list)
-    peak_rss: list[int] = field(default_factory=list)
+    peak_pss: list[int] = field(default_factory=list)
 
 
 def pathway(work: Path, source: Path, target: Path, state: Path) -> Run:
@@ -166,7 +168,7 @@ def write_data(source: Path, records: int) -> int:
     return size
 
 
-def tree_rss(process: psutil.Process) -> int:
+def tree_pss(process: psutil.Process) -> int:
     """The memory of a process and all its descendants (those that exit meanwhile count 0): each one's
     proportional set size, so pages shared between processes (Spark's forked Python workers, a JVM's
     shared libraries) count once in all, as they take memory once."""
@@ -181,8 +183,8 @@ def tree_rss(process: psutil.Process) -> int:
     return total
 
 
-class PeakRss:
-    """The highest tree RSS of a process, sampled every SAMPLE_SECONDS on a thread until stopped."""
+class PeakPss:
+    """The highest tree PSS of a process, sampled every SAMPLE_SECONDS on a thread until stopped."""
 
     def __init__(self, process: psutil.Process) -> None:
         self.process = process
@@ -193,7 +195,7 @@ class PeakRss:
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, tree_rss(self.process))
+            self.peak = max(self.peak, tree_pss(self.process))
             if self._done.wait(SAMPLE_SECONDS):
                 return
 
@@ -209,7 +211,7 @@ def timed(run: Run, log: Path) -> tuple[float, int, int]:
     with log.open("w") as out:
         started = time.perf_counter()
         process = psutil.Popen(run.argv, stdout=out, stderr=subprocess.STDOUT, env=env)
-        peak = PeakRss(process)
+        peak = PeakPss(process)
         code = process.wait()
         elapsed = time.perf_counter() - started
     return elapsed, peak.stop(), code
@@ -221,24 +223,15 @@ def visible_files(target: Path) -> list[Path]:
     return sorted(
         path
         for path in target.rglob("*")
-        if path.is_file() and not any(part.startswith(("_", ".")) for part in path.relative_to(target).parts)
+        if path.is_file() and all(is_visible(part) for part in path.relative_to(target).parts)
     )
-
-
-def count_lines(paths: list[Path]) -> int:
-    lines = 0
-    for path in paths:
-        with path.open("rb") as fh:
-            while chunk := fh.read(8 << 20):
-                lines += chunk.count(b"\n")
-    return lines
 
 
 def check_output(system: System, target: Path, records: int) -> None:
     """Exit with an error unless the output holds exactly ``records`` lines and its first line is the
     decoded record with ``env = "prod"``."""
     files = visible_files(target)
-    lines = count_lines(files)
+    lines = sum(count_lines(str(path), 0, path.stat().st_size) for path in files)
     if lines != records:
         sys.exit(f"{system.key}: {lines:,} lines in {target}, expected {records:,}")
     first = next(path for path in files if path.stat().st_size)
@@ -272,11 +265,11 @@ def report(results: dict[str, Result], records: int) -> None:
     print(header)
     for key, result in results.items():
         row = f"{SYSTEMS[key].label:<44} {statistics.median(result.seconds):8.1f} {rate[key]:>10,.0f} "
-        row += f"{max(result.peak_rss) / 2**20:>9,.0f} MiB"
+        row += f"{max(result.peak_pss) / 2**20:>9,.0f} MiB"
         row += "".join(f"  {rate[mine] / rate[key]:>25.2f}x" for mine in ours)
         print(row)
     print("rounds, seconds:", {key: [round(s, 1) for s in r.seconds] for key, r in results.items()})
-    print("rounds, peak MiB:", {key: [round(p / 2**20) for p in r.peak_rss] for key, r in results.items()})
+    print("rounds, peak MiB:", {key: [round(p / 2**20) for p in r.peak_pss] for key, r in results.items()})
 
 
 def main() -> None:
@@ -303,7 +296,7 @@ def main() -> None:
         for system in chosen[round_ % len(chosen) :] + chosen[: round_ % len(chosen)]:
             elapsed, peak = run_once(system, work, source, args.records)
             results[system.key].seconds.append(elapsed)
-            results[system.key].peak_rss.append(peak)
+            results[system.key].peak_pss.append(peak)
             print(
                 f"  round {round_ + 1} {system.key:<16} {elapsed:6.1f} s  {peak / 2**20:6,.0f} MiB",
                 flush=True,
