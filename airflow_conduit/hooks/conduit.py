@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 import airflow_conduit
 from airflow_conduit import dlq_tools
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, LOCAL_FILE_CONFS
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
@@ -203,11 +203,17 @@ class ConduitHook(BaseHook):
     def get_spark_submit_hook(self, application_args: list[str], *, name: str) -> ConduitSparkSubmitHook:
         """A ``SparkSubmitHook`` for one submission."""
         kwargs = dict(self.spark_submit_kwargs)
-        # The engine's GC setting (see airflow_conduit.engine.jvm), unless the submission sets its own.
+        # The engine's GC and local-file settings (see airflow_conduit.engine.jvm), unless the
+        # submission sets its own.
         # env_vars reach the executors too (spark.executorEnv): on a cluster they do not inherit the
         # driver's environment, and custom.python code there may read them.
         executor_env = {f"spark.executorEnv.{key}": value for key, value in self.env_vars.items()}
-        conf = {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **executor_env, **self.conf}
+        conf = {
+            "spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS,
+            **LOCAL_FILE_CONFS,
+            **executor_env,
+            **self.conf,
+        }
         return ConduitSparkSubmitHook(
             conf=conf,
             conn_id=self.spark_conn_id,
