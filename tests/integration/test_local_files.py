@@ -6,9 +6,13 @@ driver starts while a pipeline runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.spark
 
@@ -22,28 +26,28 @@ pipelines:
 """
 
 
-def started_processes(spark, run, dump: Path) -> list[str]:
-    """The command line of every process the JVM started while ``run()`` ran."""
+def started_processes(spark, run: Callable[[], T], dump: Path) -> tuple[T, list[str]]:
+    """What ``run()`` returned, and the command line of every process the JVM started meanwhile."""
     jvm = spark._jvm
     recording = jvm.jdk.jfr.Recording()
     recording.enable("jdk.ProcessStart")
     recording.start()
     try:
-        run()
+        result = run()
     finally:
         recording.stop()
-    recording.dump(jvm.java.io.File(str(dump)).toPath())
+    dump_path = jvm.java.io.File(str(dump)).toPath()
+    recording.dump(dump_path)
     recording.close()
-    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(jvm.java.io.File(str(dump)).toPath())
-    return [str(event.getString("command")) for event in events]
+    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(dump_path)
+    return result, [str(event.getString("command")) for event in events]
 
 
 def test_the_checkpoint_logs_and_staged_writes_start_no_readlink_and_no_success_file(
     spark, run_yaml, tmp_path
 ):
-    payloads = []
-    commands = started_processes(spark, lambda: payloads.append(run_yaml(PIPELINE)), tmp_path / "spawns.jfr")
-    assert payloads[0]["exit_code"] == 0 and payloads[0]["batches"] >= 3, payloads
+    payload, commands = started_processes(spark, lambda: run_yaml(PIPELINE), tmp_path / "spawns.jfr")
+    assert payload["exit_code"] == 0 and payload["batches"] >= 3, payload
     # The recording sees the processes Hadoop still starts: a chmod per file and directory it creates.
     assert any(c.startswith("chmod") and f"{tmp_path}/out/" in c for c in commands), commands
     # Before: a readlink for each side of every rename of an offset or commit log entry, 12 a batch.
