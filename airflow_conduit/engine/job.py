@@ -25,6 +25,7 @@ from airflow_conduit.engine.batch import BatchProcessor, BatchResult
 from airflow_conduit.engine.intake import source_stream
 from airflow_conduit.engine.lag import SourceLags
 from airflow_conduit.engine.metrics import PipelineMetrics
+from airflow_conduit.engine.planners import PLANNING, reads_its_source
 from airflow_conduit.engine.processors._python_paths import ship_function_paths
 from airflow_conduit.errors import CODE_NOTE, EXIT_STOPPED, Code, PipelineError, PipelineStopped
 from airflow_conduit.run_origin import airflow_context
@@ -84,6 +85,14 @@ class PipelineRun:
         return self.processor.counters
 
     def start(self) -> PipelineRun:
+        PLANNING.started(self)  # before the sources' streams are created: that plans too
+        try:
+            return self._start()
+        except BaseException:
+            PLANNING.ended(self)
+            raise
+
+    def _start(self) -> PipelineRun:
         state = self.state
         state.clear_stop_request()
         state.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -131,6 +140,9 @@ class PipelineRun:
         }
 
     def _run_batch(self, batch: DataFrame, batch_id: int) -> None:
+        # A pipeline with more sources keeps the planners: one with no data yet plans its read later.
+        if len(self.pipeline.sources) == 1 and PLANNING.waits_for(self) and reads_its_source(batch):
+            PLANNING.planned(self.spark, self)
         self._in_batch = True
         started_at = utc_now()
         started = time.monotonic()
@@ -246,6 +258,7 @@ class PipelineRun:
             state_dir=str(state.root),
         )
         state.write_exit_payload(payload)
+        PLANNING.ended(self)
         self.lags.close()
         records = payload.counters.to_dict()
         self.metrics.finish(payload.status, records)

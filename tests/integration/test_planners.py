@@ -1,0 +1,48 @@
+"""Spark's idle Python planner workers stop once a pipeline's one source has planned its read, and
+the next query plans with new ones (``engine/planners.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from airflow_conduit.engine.planners import PLANNER_MODULES
+
+pytestmark = pytest.mark.spark
+
+PIPELINE = """
+version: "2.2"
+pipelines:
+  - id: planned-{name}
+    connectors:
+      - {id: in, type: source, plugin: builtin:file, settings: {path: "{tmp}/{name}.jsonl"}}
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/{name}-out"}}
+    processors:
+      - {id: decode, plugin: json.decode, settings: {field: .Payload.After}}
+"""
+
+
+def planner_processes(spark) -> tuple[list[int], list[int]]:
+    """The driver's live planner daemons and planner workers (forked by a daemon, same command line)."""
+    jvm_process = spark._jvm.java.lang.ProcessHandle.current()
+    daemons, workers = [], []
+    for handle in jvm_process.descendants().iterator():
+        command = str(handle.info().commandLine().orElse(""))
+        if handle.isAlive() and any(module in command for module in PLANNER_MODULES):
+            forked = handle.parent().get().pid() != jvm_process.pid()
+            (workers if forked else daemons).append(handle.pid())
+    return daemons, workers
+
+
+def test_idle_planner_workers_stop_after_planning_and_the_next_query_plans_again(spark, run_yaml, tmp_path):
+    for name in ("first", "second"):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"n": n}) + "\n" for n in range(50)))
+        payload = run_yaml(PIPELINE.replace("{name}", name), state_dir=tmp_path / name)
+        # The second query planned after the first one's planner workers were stopped.
+        assert payload["exit_code"] == 0 and payload["records"]["written"] == {f"planned-{name}:out": 50}, (
+            payload
+        )
+        daemons, workers = planner_processes(spark)
+        assert daemons, "the planner daemons stay up (Spark needs them to discard a dead worker)"
+        assert workers == []
