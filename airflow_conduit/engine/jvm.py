@@ -1,20 +1,23 @@
 """JVM options for the Spark driver that runs the engine; no pyspark here, so the Airflow side can use it.
 
-Here: the driver's G1 settings, the Spark settings for local files, and where the class-data archive
-lives and the options that map it (:mod:`.class_archive` builds it).
+Here: the driver's GC settings, the Spark settings of every session the engine runs in, and where the
+class-data archive lives and the options that map it (:mod:`.class_archive` builds it).
 
-The G1 settings:
+The GC settings (``DRIVER_GC_OPTIONS``), each measured on 1M and 10M records through
+``benchmarks/peers.py`` (peak PSS of the process tree, 2 cores, 24 GB of memory):
 
-- Region size: micro-batches reach the driver as Arrow buffers and task results of 0.5-8 MB each. In
-  the 1 MB G1 regions of Spark's default 1g heap those are humongous objects, allocated straight into
-  the old generation, and some runs fell into back-to-back concurrent marking cycles (51 in a 34 s run,
-  against 4-9) whose thread held one of two cores: Postgres batches took 2.66 s instead of 1.85 s. In
-  16 MB regions they are ordinary young objects.
-- ``GCTimeRatio=4`` (G1's default is 12): G1 grows the heap until collection takes under
-  1/(1+ratio) of the time, so with the default a local run's driver filled most of its 1g heap. Letting
-  collection take up to 20% kept the driver at 740-770 MB instead of 1,080-1,110 MB (peak PSS, 1M
-  records through ``benchmarks/peers.py``), the run's time unchanged within the noise (22.1-23.9 s
-  against 22.7-23.1 s).
+- The parallel collector. Under G1 the driver JVM peaked at 700-760 MiB at 1M records even with
+  ``GCTimeRatio=4``; under the parallel collector at 500-530 MiB, and the run took 19.3-20 s against
+  20.6-20.9 s. At 1,000 records/s its end-to-end latency was a little higher (file -> file p99 0.54-0.55 s
+  against 0.46-0.47 s, p50 0.32-0.34 s against 0.31-0.32 s; the goal is 1 s and 0.5 s). It has no
+  humongous objects: the 16 MB G1 regions once needed for the driver's 0.5-8 MB Arrow buffers and task
+  results do not apply.
+- ``GCTimeRatio=4`` (the parallel collector's default is 99): the heap grows only once collection
+  takes over 20% of the time, rather than 1%.
+- ``-Xms128m``: the initial heap is otherwise 1/64 of the machine's memory (376 MB here), whose old
+  generation then filled with short-lived data for as long as a run lasted: 10M records peaked 17-19%
+  above 1M (JVM 712 against 500-530 MiB). From 128 MB the heap grows as it needs to; 10M records
+  peaked 6-9% above 1M (1,083-1,098 against 1,008-1,020 MiB for the tree).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import shutil
 from pathlib import Path
 
-DRIVER_GC_OPTIONS = "-XX:G1HeapRegionSize=16m -XX:GCTimeRatio=4"
+DRIVER_GC_OPTIONS = "-XX:+UseParallelGC -XX:GCTimeRatio=4 -Xms128m"
 """For ``spark.driver.extraJavaOptions``: the engine adds it to a driver it starts itself, and
 :class:`~airflow_conduit.hooks.conduit.ConduitHook` to the ``spark-submit`` it builds unless the
 submission's ``conf`` sets that property."""
@@ -34,7 +37,7 @@ submission's ``conf`` sets that property."""
 # every permission it sets (`chmod`) and every link it reads (`readlink`, on each FileContext rename):
 # about 25 per micro-batch, 4-5 ms each. These settings avoid half of them. (Hadoop's RawLocalFileSystem
 # as `fs.file.impl` would avoid the `.crc` files' too, but breaks `SparkContext.textFile`.)
-LOCAL_FILE_CONFS: dict[str, str] = {
+ENGINE_CONFS: dict[str, str] = {
     # The checkpoint's offset and commit logs through FileSystem, not FileContext: the same
     # write-then-rename, with no `readlink` per rename (walCommit and commitOffsets 30-37 ms -> 4-5 ms).
     "spark.sql.streaming.checkpointFileManagerClass": (
@@ -42,9 +45,15 @@ LOCAL_FILE_CONFS: dict[str, str] = {
     ),
     # The engine publishes its own staged files; Spark's `_SUCCESS` (two files) marks nothing here.
     "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs": "false",
+    # Spark's Python workers allocate Arrow buffers from the C library's allocator, which gives freed
+    # memory back, rather than pyarrow's jemalloc, which keeps it: the two workers reading a file source
+    # peaked at 149-155 MiB instead of 193-198 (PSS, 1M records through benchmarks/peers.py), in the
+    # same time within the noise.
+    "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
 }
-"""Spark settings of every session the engine runs in: :func:`~airflow_conduit.engine.session.get_session`
-sets them, and :class:`~airflow_conduit.hooks.conduit.ConduitHook` passes them to ``spark-submit``."""
+"""Spark settings of every session the engine runs in (local files, Python workers):
+:func:`~airflow_conduit.engine.session.get_session` sets them, and
+:class:`~airflow_conduit.hooks.conduit.ConduitHook` passes them to ``spark-submit``."""
 
 ARCHIVE_ENV = "AIRFLOW_CONDUIT_CLASS_ARCHIVE"
 """``off``: start without the archive; a path: use that archive file instead of the cached one."""

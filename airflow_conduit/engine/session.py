@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, LOCAL_FILE_CONFS, archive_options
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, archive_options
 
 DEFAULT_MASTER = "local[*]"
 
@@ -37,7 +37,7 @@ def get_session(
         builder = builder.master(DEFAULT_MASTER)
     options = driver_java_options() if java_options is None else java_options
     builder = builder.config("spark.driver.extraJavaOptions", options)
-    for key, value in LOCAL_FILE_CONFS.items():
+    for key, value in ENGINE_CONFS.items():
         builder = builder.config(key, value)
     cores = os.cpu_count() or 2
     spark = (

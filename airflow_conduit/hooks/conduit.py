@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 import airflow_conduit
 from airflow_conduit import dlq_tools
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, LOCAL_FILE_CONFS
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
@@ -210,7 +210,7 @@ class ConduitHook(BaseHook):
         executor_env = {f"spark.executorEnv.{key}": value for key, value in self.env_vars.items()}
         conf = {
             "spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS,
-            **LOCAL_FILE_CONFS,
+            **ENGINE_CONFS,
             **executor_env,
             **self.conf,
         }

@@ -21,7 +21,7 @@ import pytest
 import structlog
 from conftest import HERE, SPARK_CONN
 
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, LOCAL_FILE_CONFS
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS
 from airflow_conduit.hooks.conduit import ConduitHook, PipelineRun, engine_application, parse_payload_line
 from airflow_conduit.state import PipelineState
 
@@ -73,11 +73,11 @@ def test_engine_application_is_the_spark_submit_entry():
 
 def test_submission_carries_the_engine_settings_unless_conf_sets_its_own(hook):
     conf = hook.get_spark_submit_hook([], name="n")._conf
-    assert conf == {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **LOCAL_FILE_CONFS}
+    assert conf == {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **ENGINE_CONFS}
     marker = "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"
     own = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b", marker: "true"}
     conf = ConduitHook(application=FAKE, conf=own).get_spark_submit_hook([], name="n")._conf
-    assert conf == {**LOCAL_FILE_CONFS, **own}
+    assert conf == {**ENGINE_CONFS, **own}
 
 
 def test_env_vars_reach_the_executors_of_a_cluster_too():
