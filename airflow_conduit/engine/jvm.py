@@ -33,11 +33,13 @@ DRIVER_GC_OPTIONS = "-XX:+UseParallelGC -XX:GCTimeRatio=4 -Xms128m"
 :class:`~airflow_conduit.hooks.conduit.ConduitHook` to the ``spark-submit`` it builds unless the
 submission's ``conf`` sets that property."""
 
-# Without Hadoop's native library (pyspark ships none), Hadoop's local file system starts a process for
-# every permission it sets (`chmod`) and every link it reads (`readlink`, on each FileContext rename):
-# about 25 per micro-batch, 4-5 ms each. These settings avoid half of them. (Hadoop's RawLocalFileSystem
-# as `fs.file.impl` would avoid the `.crc` files' too, but breaks `SparkContext.textFile`.)
 ENGINE_CONFS: dict[str, str] = {
+    # The first two are for local files. Without Hadoop's native library (pyspark ships none), Hadoop's
+    # local file system starts a process for every permission it sets (`chmod`) and every link it reads
+    # (`readlink`, on each FileContext rename): about 25 per micro-batch, 4-5 ms each. These avoid half
+    # of them. (Hadoop's RawLocalFileSystem as `fs.file.impl` would avoid the `.crc` files' too, but
+    # breaks `SparkContext.textFile`.)
+    #
     # The checkpoint's offset and commit logs through FileSystem, not FileContext: the same
     # write-then-rename, with no `readlink` per rename (walCommit and commitOffsets 30-37 ms -> 4-5 ms).
     "spark.sql.streaming.checkpointFileManagerClass": (

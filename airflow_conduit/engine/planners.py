@@ -64,7 +64,11 @@ class PlanningRuns:
             self._planning = {r for r in self._planning if r.query is None or r.query.isActive}
             if self._planning:
                 return
-            stopped = stop_planner_workers(spark)
+            try:
+                stopped = stop_planner_workers(spark)
+            except Exception:  # only memory is at stake: never fail a batch for it
+                logger.debug("could not stop Spark's idle Python planner workers", exc_info=True)
+                return
         if stopped:
             logger.debug("stopped %d idle Spark Python planner worker(s)", stopped)
 
