@@ -15,7 +15,7 @@ The GC settings (``DRIVER_GC_OPTIONS``), each measured on 1M and 10M records thr
 - ``GCTimeRatio=4`` (the parallel collector's default is 99): the heap grows only once collection
   takes over 20% of the time, rather than 1%.
 - ``-Xms128m``: the initial heap is otherwise 1/64 of the machine's memory (376 MB here), whose old
-  generation then filled with short-lived data for as long as a run lasted: 10M records peaked 17-19%
+  generation then filled with short-lived data for as long as a run lasted: 10M records peaked 17-20%
   above 1M (JVM 712 against 500-530 MiB). From 128 MB the heap grows as it needs to; 10M records
   peaked 6-9% above 1M (1,083-1,098 against 1,008-1,020 MiB for the tree).
 """
