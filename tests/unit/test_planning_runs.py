@@ -44,3 +44,14 @@ def test_the_planners_stay_while_another_run_may_still_plan():
     assert session.reached == 0 and runs.waits_for(second)
     runs.planned(session, second)  # type: ignore[arg-type]
     assert session.reached == 1 and not runs.waits_for(second)
+
+
+def test_the_workers_are_stopped_once_per_process():
+    runs, first, later, session = PlanningRuns(), _Run(), _Run(), _CountingSession()
+    runs.started(first)
+    runs.planned(session, first)  # type: ignore[arg-type]
+    assert session.reached == 1 and runs.stopped
+    runs.started(later)
+    assert not runs.waits_for(later)  # the engine then skips looking at its batches
+    runs.planned(session, later)  # type: ignore[arg-type]
+    assert session.reached == 1
