@@ -6,8 +6,13 @@ driver starts while a pipeline runs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
 import pytest
-from jfr import started_processes
+
+T = TypeVar("T")
 
 pytestmark = pytest.mark.spark
 
@@ -19,6 +24,23 @@ pipelines:
       - {id: gen, type: source, plugin: builtin:generator, settings: {recordCount: 30, maxRecordsPerBatch: 10}}
       - {id: out, type: destination, plugin: builtin:file, settings: {path: "{tmp}/out"}}
 """
+
+
+def started_processes(spark, run: Callable[[], T], dump: Path) -> tuple[T, list[str]]:
+    """What ``run()`` returned, and the command line of every process the JVM started meanwhile."""
+    jvm = spark._jvm
+    recording = jvm.jdk.jfr.Recording()
+    recording.enable("jdk.ProcessStart")
+    recording.start()
+    try:
+        result = run()
+    finally:
+        recording.stop()
+    dump_path = jvm.java.io.File(str(dump)).toPath()
+    recording.dump(dump_path)
+    recording.close()
+    events = jvm.jdk.jfr.consumer.RecordingFile.readAllEvents(dump_path)
+    return result, [str(event.getString("command")) for event in events]
 
 
 def test_the_checkpoint_logs_and_staged_writes_start_no_readlink_and_no_success_file(
