@@ -258,6 +258,7 @@ def lines_to_batches(
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw == 10)  # each line's newline
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    prefix, no_separator = _arrow_strings([f"{name}:", ""])  # each position is "NAME:OFFSET"
     for first in range(0, len(ends), ARROW_ROWS):
         line_starts, line_ends = starts[first : first + ARROW_ROWS], ends[first : first + ARROW_ROWS]
         offset = int(line_starts[0])
@@ -269,9 +270,7 @@ def lines_to_batches(
         )
         payload = _without_line_end(with_newline)
         positions = pc.binary_join_element_wise(
-            _arrow_strings([f"{name}:"])[0],
-            pc.cast(_arrow_ints(line_starts + base, np.int64), pa.string()),
-            _arrow_strings([""])[0],
+            prefix, pc.cast(_arrow_ints(line_starts + base, np.int64), pa.string()), no_separator
         ).cast(pa.binary())
         numbers = np.arange(first_line + first, first_line + first + len(line_starts), dtype=np.int64)
         keys = pc.cast(pc.cast(_arrow_ints(numbers, np.int64), pa.string()), pa.binary())
