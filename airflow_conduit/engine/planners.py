@@ -1,22 +1,21 @@
-"""Spark's idle Python planner workers, stopped once, when every query the engine runs has been planned.
+"""Spark's idle Python planners, stopped once, when every query the engine runs has been planned.
 
 Planning a query over a Python data source starts three ``pyspark.daemon`` processes on the driver,
 one per planner module below, and each forks a worker that Spark keeps for reuse. No later
-micro-batch uses those workers (each stream plans its batches in its own source runner and reads in
-``pyspark.worker``), yet they stay up for the whole run. Stopping them took about 140 MiB off the
-process tree (PSS, 1M records through ``benchmarks/peers.py``).
+micro-batch uses them (each stream plans its batches in its own source runner and reads in
+``pyspark.worker``), yet they stay up for the whole run: about 250 MiB of the process tree (PSS, 1M
+records through ``benchmarks/peers.py``), 110 MiB of it the daemons.
 
-Spark discards an idle worker that has died and forks a new one when a later query needs it. The
-daemons stay: Spark tells a daemon about every worker it discards, and a query fails if that daemon is
-gone (seen: ``IOException: Stream closed`` in ``PythonWorkerFactory.stopWorker``). A daemon ignores
-``SIGCHLD``, so the workers it forked leave no zombie that Spark would take for a live worker.
+Each planner has its own ``PythonWorkerFactory``; its ``stop()`` ends the idle workers and the daemon
+the way Spark itself does at shutdown, and a later query that plans starts a new daemon through it.
+Killing the processes from outside is not enough: Spark then writes to the dead daemon's stdin when
+it discards a worker, and the next query fails (seen: ``IOException: Stream closed``).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any, Protocol
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +28,6 @@ PLANNER_MODULES = (
     "pyspark.sql.worker.create_data_source",
     "pyspark.sql.worker.plan_data_source_read",
 )
-EXIT_WAIT_SECONDS = 2.0
 
 
 class _Run(Protocol):
@@ -42,9 +40,9 @@ class PlanningRuns:
     A run is added as it starts and removed once every source of it has planned its read (its query
     has then asked the planners all it will), when it ends, or when its query is found stopped.
 
-    The workers are stopped once per process. A later query in the same driver (a restart after a
-    transient failure, the next test) forks new ones and keeps them: forking them for every query
-    cost each query start 0.3-0.4 s (11 pipeline tests took 30.8-32.3 s against 27.4-27.6 s).
+    The planners are stopped once per process. A later query in the same driver (a restart after a
+    transient failure, the next test) starts new ones and keeps them: forking new workers for every
+    query cost each query start 0.3-0.4 s (11 pipeline tests took 30.8-32.3 s against 27.4-27.6 s).
     """
 
     def __init__(self) -> None:
@@ -54,7 +52,7 @@ class PlanningRuns:
 
     @property
     def stopped(self) -> bool:
-        """Whether this process has stopped its planner workers; it does so once."""
+        """Whether this process has stopped its planners; it does so once."""
         return self._stopped
 
     def started(self, run: _Run) -> None:
@@ -78,10 +76,10 @@ class PlanningRuns:
             try:
                 stopped = stop_planner_workers(spark)
             except Exception:  # only memory is at stake: never fail a batch for it
-                logger.debug("could not stop Spark's idle Python planner workers", exc_info=True)
+                logger.debug("could not stop Spark's idle Python planners", exc_info=True)
                 return
         if stopped:
-            logger.debug("stopped %d idle Spark Python planner worker(s)", stopped)
+            logger.debug("stopped %d idle Spark Python planner(s) and their workers", stopped)
 
     def ended(self, run: _Run) -> None:
         with self._lock:
@@ -99,16 +97,20 @@ def reads_its_source(batch: DataFrame) -> bool:
 
 
 def stop_planner_workers(spark: SparkSession) -> int:
-    """Stop the workers of the driver's planner daemons; how many were stopped."""
+    """Stop the driver's planner daemons and their idle workers; how many planners were stopped.
+
+    The factories are kept in a private field of ``SparkEnv``, read here by reflection (the Spark
+    version is pinned); ``PythonWorkerFactory.stop()`` itself is public.
+    """
     jvm: Any = spark._jvm
-    workers = []
-    for daemon in jvm.java.lang.ProcessHandle.current().children().iterator():
-        command = str(daemon.info().commandLine().orElse(""))
-        if "pyspark.daemon" in command and any(module in command for module in PLANNER_MODULES):
-            workers.extend(daemon.children().iterator())
-    for worker in workers:
-        worker.destroyForcibly()
-    deadline = time.monotonic() + EXIT_WAIT_SECONDS
-    while any(worker.isAlive() for worker in workers) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return len(workers)
+    env = jvm.org.apache.spark.SparkEnv.get()
+    field = env.getClass().getDeclaredField("pythonWorkers")
+    field.setAccessible(True)
+    factories = field.get(env).toList().iterator()  # a copy: a query may add a factory meanwhile
+    stopped = 0
+    while factories.hasNext():
+        entry = factories.next()
+        if str(entry._1().workerModule()) in PLANNER_MODULES:
+            entry._2().stop()
+            stopped += 1
+    return stopped
