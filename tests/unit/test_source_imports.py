@@ -49,3 +49,48 @@ def test_reading_file_lines_does_not_import_pandas(tmp_path) -> None:
     )
     result = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
     assert result == {"rows": 3, "pandas": False}
+
+
+def test_writing_records_in_a_template_format_does_not_import_pandas(tmp_path) -> None:
+    """The same in the workers that render a destination's ``sdk.record.format``: Spark reuses them to
+    read, so pandas there was in every worker (4 × 30-40 MiB, measured in ``benchmarks/peers.py``)."""
+    import pyarrow as pa
+
+    records = pa.RecordBatch.from_pydict(
+        {
+            "position": [b"p1", b"p2"],
+            "operation": ["create", "create"],
+            "metadata": [[("k", "v")], []],
+            **{f"{field}_json": [None, None] for field in ("key", "before")},
+            **{f"{field}_raw": [None, None] for field in ("key", "before")},
+            "after_json": ['{"b":1,"a":"<x>"}', '{"n":2.5}'],
+            "after_raw": [None, None],
+        },
+        schema=pa.schema(
+            [
+                ("position", pa.binary()),
+                ("operation", pa.string()),
+                ("metadata", pa.map_(pa.string(), pa.string())),
+                *[(f"{field}_json", pa.string()) for field in ("key", "before")],
+                *[(f"{field}_raw", pa.binary()) for field in ("key", "before")],
+                ("after_json", pa.string()),
+                ("after_raw", pa.binary()),
+            ]
+        ),
+    )
+    batch_file = tmp_path / "records.arrow"
+    with pa.ipc.new_file(str(batch_file), records.schema) as writer:
+        writer.write_batch(records)
+    code = (
+        "import sys, json\n"
+        "import pyarrow as pa\n"
+        "from airflow_conduit.config.settings.record_format import RecordFormat\n"
+        "from airflow_conduit.engine.connectors.record_format import _mapper\n"
+        f"batch = pa.ipc.open_file({str(batch_file)!r}).get_batch(0)\n"
+        "render = _mapper(RecordFormat('template', '{{ toJson .Payload.After }}'))\n"
+        "lines = [line for out in render(iter([batch])) for line in out.column(0).to_pylist()]\n"
+        "print(json.dumps({'lines': lines, 'pandas': 'pandas' in sys.modules}))"
+    )
+    result = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout)
+    # Go's json.Marshal: keys sorted, HTML characters escaped.
+    assert result == {"lines": ['{"a":"\\u003cx\\u003e","b":1}', '{"n":2.5}'], "pandas": False}

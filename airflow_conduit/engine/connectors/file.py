@@ -31,6 +31,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from airflow_conduit.batch_log import SourceLag
+from airflow_conduit.engine.arrow_arrays import int_array, string_array
 from airflow_conduit.engine.connectors import Staged, jsonl_file, jsonl_files
 from airflow_conduit.engine.connectors._stream import (
     Delivery,
@@ -258,22 +259,22 @@ def lines_to_batches(
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw == 10)  # each line's newline
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
-    prefix, no_separator = _arrow_strings([f"{name}:", ""])  # each position is "NAME:OFFSET"
+    prefix, no_separator = string_array([f"{name}:", ""])  # each position is "NAME:OFFSET"
     for first in range(0, len(ends), ARROW_ROWS):
         line_starts, line_ends = starts[first : first + ARROW_ROWS], ends[first : first + ARROW_ROWS]
         offset = int(line_starts[0])
         # Each value spans its line and the newline (Arrow values are contiguous); slice the newline off.
-        offsets = _arrow_ints(np.append(line_starts, line_ends[-1] + 1) - offset, np.int32)
+        offsets = int_array(np.append(line_starts, line_ends[-1] + 1) - offset, np.int32)
         values = pa.py_buffer(data[offset : int(line_ends[-1]) + 1])
         with_newline = pa.BinaryArray.from_buffers(
             pa.binary(), len(line_starts), [None, offsets.buffers()[1], values]
         )
         payload = _without_line_end(with_newline)
         positions = pc.binary_join_element_wise(
-            prefix, pc.cast(_arrow_ints(line_starts + base, np.int64), pa.string()), no_separator
+            prefix, pc.cast(int_array(line_starts + base, np.int64), pa.string()), no_separator
         ).cast(pa.binary())
         numbers = np.arange(first_line + first, first_line + first + len(line_starts), dtype=np.int64)
-        keys = pc.cast(pc.cast(_arrow_ints(numbers, np.int64), pa.string()), pa.binary())
+        keys = pc.cast(pc.cast(int_array(numbers, np.int64), pa.string()), pa.binary())
         yield pa.RecordBatch.from_arrays(
             [positions, _file_path_maps(shown_path or name, len(line_starts)), keys, payload],
             schema=_ARROW_SCHEMA,
@@ -282,31 +283,10 @@ def lines_to_batches(
 
 def _file_path_maps(path: str, rows: int) -> pa.MapArray:
     """``{file.path: path}`` for ``rows`` records, built by Arrow kernels."""
-    same = _arrow_ints(np.zeros(rows), np.int32)
-    keys = _arrow_strings([META_FILE_PATH]).take(same)
-    values = _arrow_strings([path]).take(same)
-    return pa.MapArray.from_arrays(_arrow_ints(np.arange(rows + 1), np.int32), keys, values)
-
-
-# `pa.array` and `pa.scalar` import pandas on first use (pyarrow checks for pandas objects): about 36 MiB
-# in each of Spark's Python workers that read a file source, where nothing else needs pandas. Arrays
-# are built from their buffers here instead.
-_ARROW_INTS = {np.int32: pa.int32(), np.int64: pa.int64()}
-
-
-def _arrow_ints(values: np.ndarray, dtype: type[np.int32] | type[np.int64]) -> pa.Array:
-    """``values`` as an Arrow integer array of ``dtype``."""
-    data = np.ascontiguousarray(values, dtype=dtype)
-    return pa.Array.from_buffers(_ARROW_INTS[dtype], len(data), [None, pa.py_buffer(data)])
-
-
-def _arrow_strings(texts: list[str]) -> pa.Array:
-    """``texts`` as an Arrow string array."""
-    encoded = [text.encode() for text in texts]
-    offsets = np.cumsum([0, *map(len, encoded)], dtype=np.int32)
-    return pa.Array.from_buffers(
-        pa.string(), len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
-    )
+    same = int_array(np.zeros(rows), np.int32)
+    keys = string_array([META_FILE_PATH]).take(same)
+    values = string_array([path]).take(same)
+    return pa.MapArray.from_arrays(int_array(np.arange(rows + 1), np.int32), keys, values)
 
 
 def _without_line_end(values: pa.BinaryArray) -> pa.Array:

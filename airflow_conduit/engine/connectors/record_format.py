@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
+from airflow_conduit.engine.arrow_arrays import string_array
 from airflow_conduit.gotemplate import Template, TemplateExecError
 from airflow_conduit.gotemplate.gojson import Fields, go_json
 from airflow_conduit.gotemplate.opencdc import from_record_dict
@@ -60,7 +61,7 @@ def _mapper(record_format: RecordFormat) -> Callable[[Iterator[pa.RecordBatch]],
         for arrow_batch in batches:
             batch = ArrowRecords(arrow_batch)
             lines = [serialize(batch.record(i)) for i in range(arrow_batch.num_rows)]
-            yield pa.RecordBatch.from_arrays([pa.array(lines, pa.string())], names=["value"])
+            yield pa.RecordBatch.from_arrays([string_array(lines)], names=["value"])
 
     return run
 
