@@ -18,7 +18,7 @@ The GC settings (``DRIVER_GC_OPTIONS``), each measured on 1M and 10M records thr
   generation then filled with short-lived data for as long as a run lasted: 10M records peaked 17-20%
   above 1M (JVM 712 against 500-530 MiB). From 128 MB the heap grows as it needs to: over 10M records
   the driver JVM grows by about 100 MiB (heap capacity 50, JIT code 25, threads 18) while the heap left
-  after each full collection stays at 75-77 MB. Fixing the young generation's size instead
+  after each full collection stays at 72-77 MB. Fixing the young generation's size instead
   (``-XX:-UseAdaptiveSizePolicy -Xmn96m``) made 1M records take 96 s, in a thousand full collections.
 """
 
