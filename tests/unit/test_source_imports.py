@@ -56,27 +56,20 @@ def test_writing_records_in_a_template_format_does_not_import_pandas(tmp_path) -
     read, so pandas there was in every worker (4 × 30-40 MiB, measured in ``benchmarks/peers.py``)."""
     import pyarrow as pa
 
+    from airflow_conduit.record import DATA_FIELDS
+
+    # The mapper's input: the record's columns with each data field as JSON text (record_text_sql).
+    types = {"position": pa.binary(), "operation": pa.string(), "metadata": pa.map_(pa.string(), pa.string())}
+    for field in DATA_FIELDS:
+        types |= {f"{field}_json": pa.string(), f"{field}_raw": pa.binary()}
+    values = {
+        "position": [b"p1", b"p2"],
+        "operation": ["create", "create"],
+        "metadata": [[("k", "v")], []],
+        "after_json": ['{"b":1,"a":"<x>"}', '{"n":2.5}'],
+    }
     records = pa.RecordBatch.from_pydict(
-        {
-            "position": [b"p1", b"p2"],
-            "operation": ["create", "create"],
-            "metadata": [[("k", "v")], []],
-            **{f"{field}_json": [None, None] for field in ("key", "before")},
-            **{f"{field}_raw": [None, None] for field in ("key", "before")},
-            "after_json": ['{"b":1,"a":"<x>"}', '{"n":2.5}'],
-            "after_raw": [None, None],
-        },
-        schema=pa.schema(
-            [
-                ("position", pa.binary()),
-                ("operation", pa.string()),
-                ("metadata", pa.map_(pa.string(), pa.string())),
-                *[(f"{field}_json", pa.string()) for field in ("key", "before")],
-                *[(f"{field}_raw", pa.binary()) for field in ("key", "before")],
-                ("after_json", pa.string()),
-                ("after_raw", pa.binary()),
-            ]
-        ),
+        {name: values.get(name, [None, None]) for name in types}, schema=pa.schema(list(types.items()))
     )
     batch_file = tmp_path / "records.arrow"
     with pa.ipc.new_file(str(batch_file), records.schema) as writer:
