@@ -74,7 +74,7 @@ class PlanningRuns:
                 return
             self._stopped = True
             try:
-                stopped = stop_planner_workers(spark)
+                stopped = stop_planners(spark)
             except Exception:  # only memory is at stake: never fail a batch for it
                 logger.debug("could not stop Spark's idle Python planners", exc_info=True)
                 return
@@ -96,7 +96,7 @@ def reads_its_source(batch: DataFrame) -> bool:
     return bool(batch._jdf.queryExecution().toRdd().getNumPartitions() > 0)
 
 
-def stop_planner_workers(spark: SparkSession) -> int:
+def stop_planners(spark: SparkSession) -> int:
     """Stop the driver's planner daemons and their idle workers; how many planners were stopped.
 
     The factories are kept in a private field of ``SparkEnv``, read here by reflection (the Spark

@@ -36,16 +36,16 @@ def planner_processes(spark) -> tuple[list[int], list[int]]:
     return daemons, workers
 
 
-def test_idle_planner_workers_stop_after_planning_and_the_next_query_plans_again(
+def test_idle_planners_stop_after_planning_and_the_next_query_plans_again(
     spark, run_yaml, tmp_path, monkeypatch
 ):
-    # A process that has not stopped its planner workers yet (the tests share one driver).
+    # A process that has not stopped its planners yet (the tests share one driver).
     monkeypatch.setattr(job, "PLANNING", PlanningRuns())
     kept = {"first": False, "second": True}  # stopped once per process; the next query keeps its own
     for name in ("first", "second"):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"n": n}) + "\n" for n in range(50)))
         payload = run_yaml(PIPELINE.replace("{name}", name), state_dir=tmp_path / name)
-        # The second query planned after the first one's planner workers were stopped.
+        # The second query planned after the first one's planners were stopped.
         assert payload["exit_code"] == 0 and payload["records"]["written"] == {f"planned-{name}:out": 50}, (
             payload
         )

@@ -1,4 +1,4 @@
-"""Stopping Spark's idle planner workers saves memory only: it must never fail the batch it runs in."""
+"""Stopping Spark's idle planners saves memory only: it must never fail the batch it runs in."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class _Run:
     query = None
 
 
-def test_a_failure_to_stop_the_planner_workers_does_not_reach_the_batch():
+def test_a_failure_to_stop_the_planners_does_not_reach_the_batch():
     runs, run = PlanningRuns(), _Run()
     runs.started(run)
     runs.planned(_GatewayGone(), run)  # type: ignore[arg-type]
