@@ -12,10 +12,11 @@ record formats print, byte for byte.
 from __future__ import annotations
 
 import base64
-import json
 import math
 import re
+from collections.abc import Iterable
 from decimal import Decimal
+from json.encoder import encode_basestring
 from typing import Any
 
 from .gotime import GoTime
@@ -40,6 +41,16 @@ def go_json(value: Any, *, escape_html: bool = True) -> str:
 
 def go_float(value: float) -> str:
     """A float64 as ``encoding/json`` writes it."""
+    shortest = repr(value)
+    # From 1e-4 to 1e16 Python's repr is positional, and Go's text is the same digits without a
+    # trailing ``.0``; exponents, NaN and infinities go the long way.
+    if "e" not in shortest and "n" not in shortest:
+        return shortest[:-2] if shortest.endswith(".0") else shortest
+    return _go_float_from_digits(value)
+
+
+def _go_float_from_digits(value: float) -> str:
+    """:func:`go_float` for any float, from the shortest digits that read back as the value."""
     if not math.isfinite(value):
         raise ValueError(f"json: unsupported value: {value}")
     if value == 0:
@@ -62,16 +73,34 @@ def go_float(value: float) -> str:
     return f"{sign}{mantissa}e{'-' if power < 0 else '+'}{shown}"
 
 
+def _escaped(match: re.Match[str]) -> str:
+    return _HTML[match.group()]
+
+
 def _string(text: str, escape_html: bool) -> str:
-    if not text.isascii() and _SURROGATE.search(text):
+    # encode_basestring is what json.dumps(text, ensure_ascii=False) calls, without building an encoder.
+    if text.isascii():  # no surrogates and no line separators: only <, > and & can need escaping
+        encoded = encode_basestring(text)
+        if escape_html and ("<" in encoded or ">" in encoded or "&" in encoded):
+            return _HTML_CHARS.sub(_escaped, encoded)
+        return encoded
+    if _SURROGATE.search(text):
         text = _SURROGATE.sub("\ufffd", text)  # Go writes invalid UTF-8 as U+FFFD
-    encoded = json.dumps(text, ensure_ascii=False)
     pattern = _HTML_CHARS if escape_html else _LINE_SEPARATORS
-    return pattern.sub(lambda m: _HTML[m.group()], encoded)
+    return pattern.sub(_escaped, encode_basestring(text))
 
 
 def _encode(value: Any, out: list[str], html: bool) -> None:
-    if value is None or value is NO_VALUE:
+    kind = type(value)  # the plain types first, by identity: most of a payload
+    if kind is str:
+        out.append(_string(value, html))
+    elif kind is int:
+        out.append(str(value))
+    elif kind is float:
+        out.append(go_float(value))
+    elif kind is dict:
+        _object(value, sorted(value, key=str), out, html)
+    elif value is None or value is NO_VALUE:
         out.append("null")
     elif isinstance(value, bool):
         out.append("true" if value else "false")
@@ -90,17 +119,7 @@ def _encode(value: Any, out: list[str], html: bool) -> None:
     elif hasattr(value, "json_value"):  # a record: its OpenCDC JSON
         _encode(value.json_value(), out, html)
     elif isinstance(value, dict):
-        items = (
-            value.items() if isinstance(value, Fields) else sorted(value.items(), key=lambda kv: str(kv[0]))
-        )
-        out.append("{")
-        for i, (key, item) in enumerate(items):
-            if i:
-                out.append(",")
-            out.append(_string(str(key), html))
-            out.append(":")
-            _encode(item, out, html)
-        out.append("}")
+        _object(value, value.keys() if isinstance(value, Fields) else sorted(value, key=str), out, html)
     elif isinstance(value, list | tuple):
         out.append("[")
         for i, item in enumerate(value):
@@ -110,3 +129,14 @@ def _encode(value: Any, out: list[str], html: bool) -> None:
         out.append("]")
     else:
         out.append(_string(str(value), html))
+
+
+def _object(value: dict[Any, Any], keys: Iterable[Any], out: list[str], html: bool) -> None:
+    out.append("{")
+    for i, key in enumerate(keys):
+        if i:
+            out.append(",")
+        out.append(_string(str(key), html))
+        out.append(":")
+        _encode(value[key], out, html)
+    out.append("}")

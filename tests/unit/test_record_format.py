@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from typing import Any
 
 import pytest
@@ -322,6 +323,29 @@ def test_format_options_as_the_sdk_parses_them():
 )
 def test_go_float(value, want):
     assert go_float(value) == want
+
+
+def test_go_float_shortcut_matches_the_digit_by_digit_form():
+    """The repr shortcut (1e-4 to 1e16) gives what the general form gives, over every magnitude."""
+    from airflow_conduit.gotemplate.gojson import _go_float_from_digits
+
+    rng = random.Random(21)
+    values = [0.0, -0.0, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 0.1 + 0.2, 123456789.0, -5.0]
+    for _ in range(20_000):
+        mantissa = rng.choice(
+            [rng.random(), round(rng.random() * 1000, rng.randint(0, 6)), rng.randint(1, 99)]
+        )
+        values.append(rng.choice([1, -1]) * mantissa * 10.0 ** rng.randint(-9, 22))
+    for value in values:
+        assert go_float(value) == _go_float_from_digits(value), value
+
+
+def test_go_json_strings_as_go_writes_them():
+    assert go_json('tab\t nl\n quote" back\\ bell\x07') == '"tab\\t nl\\n quote\\" back\\\\ bell\\u0007"'
+    assert go_json("é<b>&\u2029") == '"é\\u003cb\\u003e\\u0026\\u2029"'
+    assert go_json("x\ud800y") == '"x\ufffdy"'  # a lone surrogate is invalid UTF-8: Go writes U+FFFD
+    assert go_json({"z": 1, "a": [1.5, None, True]}, escape_html=False) == '{"a":[1.5,null,true],"z":1}'
+    assert go_json({"<k>": "<v>\u2028"}, escape_html=False) == '{"<k>":"<v>\\u2028"}'
 
 
 def test_go_json_escapes_html_unless_raw():
