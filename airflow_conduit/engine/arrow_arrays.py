@@ -1,5 +1,4 @@
-"""Arrow arrays built from their buffers, and read back without Arrow's per-value objects, for code that
-runs in Spark's Python workers.
+"""Arrow arrays built from their buffers, for code that runs in Spark's Python workers.
 
 ``pa.array`` and ``pa.scalar`` import pandas on first use (pyarrow checks whether the values are pandas
 objects): about 30-36 MiB in every worker that calls them, where nothing else needs pandas. Spark reuses
@@ -8,9 +7,6 @@ a source's read) brings pandas into all of them.
 """
 
 from __future__ import annotations
-
-from itertools import pairwise
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -36,18 +32,3 @@ def string_array(texts: list[str]) -> pa.Array:
         len(encoded),
         [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))],
     )
-
-
-def map_pairs(column: pa.MapArray) -> list[list[tuple[Any, Any]] | None]:
-    """``column.to_pylist()``: each map as its ``(key, value)`` pairs, ``None`` for a null map. Sliced
-    from the flat keys and values: several times faster than converting each map on its own."""
-    offsets = column.offsets.to_pylist()  # into the unsliced keys and values, even for a slice
-    keys, values = column.keys.to_pylist(), column.items.to_pylist()
-    pairs: list[list[tuple[Any, Any]] | None] = [
-        list(zip(keys[start:end], values[start:end], strict=True)) for start, end in pairwise(offsets)
-    ]
-    if column.null_count:
-        for i, valid in enumerate(column.is_valid().to_pylist()):
-            if not valid:
-                pairs[i] = None
-    return pairs

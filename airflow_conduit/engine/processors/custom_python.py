@@ -23,7 +23,6 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import CustomPythonSettings
-from airflow_conduit.engine.arrow_arrays import map_pairs
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
 from airflow_conduit.engine.processors._record_fields import RecordError
@@ -111,19 +110,6 @@ def record_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return _record(row["position"], row["operation"], row["metadata"], *data)
 
 
-_CARRIED = frozenset({"_piece"})
-"""Columns no per-record code reads or writes: they stay Arrow arrays from the input batch to the output
-(a list column costs about 1 µs a row to turn into Python lists)."""
-
-
-def _python_list(name: str, column: pa.Array) -> Any:
-    if name in _CARRIED:
-        return column
-    if isinstance(column, pa.MapArray):
-        return map_pairs(column)
-    return column.to_pylist()
-
-
 class ArrowRecords:
     """Column lists of one Arrow batch, updated in place row by row (``custom.python`` and the other
     processors that run Python per record)."""
@@ -131,10 +117,7 @@ class ArrowRecords:
     def __init__(self, batch: pa.RecordBatch) -> None:
         import pyarrow.compute as pc
 
-        self.columns: dict[str, Any] = {
-            name: _python_list(name, column)
-            for name, column in zip(batch.schema.names, batch.columns, strict=True)
-        }
+        self.columns = batch.to_pydict()
         self._data = [
             (
                 self.columns[f"{name}_json"],
