@@ -15,12 +15,11 @@ import base64
 import math
 import re
 from collections.abc import Iterable
-from decimal import Decimal
 from json.encoder import encode_basestring
 from typing import Any
 
 from .gotime import GoTime
-from .values import NO_VALUE, Operation
+from .values import NO_VALUE, Operation, positional, scientific, shortest_digits
 
 _HTML = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _HTML_CHARS = re.compile("[<>&\u2028\u2029]")
@@ -56,21 +55,10 @@ def _go_float_from_digits(value: float) -> str:
     if value == 0:
         return "-0" if math.copysign(1.0, value) < 0 else "0"
     sign = "-" if value < 0 else ""
-    # Python's repr is the shortest text that reads back as the value, as Go's -1 precision is.
-    _, digit_tuple, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
-    digits = "".join(map(str, digit_tuple))
-    power = len(digits) + int(exponent) - 1  # value = D.DDD x 10^power
+    digits, point = shortest_digits(value)
     if 1e-6 <= abs(value) < 1e21:
-        if exponent >= 0:  # type: ignore[operator]
-            return sign + digits + "0" * int(exponent)
-        point = len(digits) + int(exponent)
-        if point <= 0:
-            return f"{sign}0.{'0' * -point}{digits}"
-        return f"{sign}{digits[:point]}.{digits[point:]}"
-    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    # strconv writes at least two exponent digits; encoding/json then drops the 0 of e-07.
-    shown = f"{abs(power):02d}" if power >= 0 else str(-power)
-    return f"{sign}{mantissa}e{'-' if power < 0 else '+'}{shown}"
+        return sign + positional(digits, point)
+    return sign + scientific(digits, point, negative_exponent_width=1)
 
 
 def _escaped(match: re.Match[str]) -> str:

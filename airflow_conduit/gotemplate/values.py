@@ -117,6 +117,15 @@ def go_type(value: Any) -> str:
 def format_float(value: float) -> str:
     """``fmt``'s ``%v`` of a float64 (``strconv.FormatFloat(f, 'g', -1, 64)``): the shortest digits that
     read back as the value, in exponent form when the exponent is below -4 or at least 6 (``1e+06``)."""
+    if 1e-4 <= abs(value) < 1e6:
+        # Python's repr is positional here too, with the same digits and a ``.0`` Go does not write.
+        shortest = repr(value)
+        return shortest[:-2] if shortest.endswith(".0") else shortest
+    return format_float_from_digits(value)
+
+
+def format_float_from_digits(value: float) -> str:
+    """:func:`format_float` for any float, from the shortest digits that read back as the value."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -124,20 +133,38 @@ def format_float(value: float) -> str:
     sign = "-" if math.copysign(1.0, value) < 0 else ""
     if value == 0:
         return sign + "0"
-    # Python's repr is the shortest form that reads back as the value, as Go's shortest formatting is.
-    decimal = Decimal(repr(abs(value))).normalize()
-    _, digit_tuple, exponent = decimal.as_tuple()
+    digits, point = shortest_digits(value)
+    if -4 <= point - 1 < 6:
+        return sign + positional(digits, point)
+    return sign + scientific(digits, point, negative_exponent_width=2)
+
+
+def shortest_digits(value: float) -> tuple[str, int]:
+    """The shortest decimal digits that read back as ``abs(value)`` (finite, not zero), and where the
+    point goes: ``abs(value) == 0.DIGITS x 10**point``. Python's repr is that shortest form, as Go's
+    precision -1 is."""
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).normalize().as_tuple()
     digits = "".join(map(str, digit_tuple))
-    point = len(digits) + int(exponent)  # value = 0.DIGITS x 10^point
-    power = point - 1
-    if power < -4 or power >= 6:
-        mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    return digits, len(digits) + int(exponent)
+
+
+def positional(digits: str, point: int) -> str:
+    """``0.DIGITS x 10**point`` without an exponent: ``0.00123``, ``123``, ``123000``, ``1.23``."""
     if point <= 0:
-        return f"{sign}0.{'0' * -point}{digits}"
+        return f"0.{'0' * -point}{digits}"
     if point >= len(digits):
-        return sign + digits + "0" * (point - len(digits))
-    return f"{sign}{digits[:point]}.{digits[point:]}"
+        return digits + "0" * (point - len(digits))
+    return f"{digits[:point]}.{digits[point:]}"
+
+
+def scientific(digits: str, point: int, *, negative_exponent_width: int) -> str:
+    """``0.DIGITS x 10**point`` as ``D.DDDe+PP``: strconv writes at least two exponent digits, which
+    ``encoding/json`` trims to one for a negative exponent (``1e-07`` in ``fmt``, ``1e-7`` in JSON)."""
+    power = point - 1
+    mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+    if power >= 0:
+        return f"{mantissa}e+{power:02d}"
+    return f"{mantissa}e-{-power:0{negative_exponent_width}d}"
 
 
 def to_text(value: Any) -> str:

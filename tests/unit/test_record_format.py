@@ -22,8 +22,9 @@ from airflow_conduit.engine.connectors.record_format import (
     structured,
 )
 from airflow_conduit.gotemplate import Template, TemplateExecError
-from airflow_conduit.gotemplate.gojson import go_float, go_json
+from airflow_conduit.gotemplate.gojson import _go_float_from_digits, go_float, go_json
 from airflow_conduit.gotemplate.opencdc import from_record_dict
+from airflow_conduit.gotemplate.values import format_float, format_float_from_digits
 
 # The SDK tests' record: Position "foo", create, one metadata key, raw key "bar", structured after.
 SDK_RECORD: dict[str, Any] = {
@@ -325,19 +326,30 @@ def test_go_float(value, want):
     assert go_float(value) == want
 
 
-def test_go_float_shortcut_matches_the_digit_by_digit_form():
-    """The repr shortcut (1e-4 to 1e16) gives what the general form gives, over every magnitude."""
-    from airflow_conduit.gotemplate.gojson import _go_float_from_digits
-
+@pytest.mark.parametrize(
+    ("shortcut", "digit_by_digit"),
+    [(go_float, _go_float_from_digits), (format_float, format_float_from_digits)],
+    ids=["encoding/json", "fmt %v"],
+)
+def test_float_shortcut_matches_the_digit_by_digit_form(shortcut, digit_by_digit):
+    """The repr shortcuts (JSON: 1e-4 to 1e16; ``%v``: 1e-4 to 1e6) give what the general form gives,
+    over every magnitude."""
     rng = random.Random(21)
     values = [0.0, -0.0, 1e-4, 9.999e-5, 1e16, 9999999999999998.0, 0.1 + 0.2, 123456789.0, -5.0]
+    values += [1e6, 999999.9999999999, 1e5, 100.0, float("inf"), float("-inf")]
     for _ in range(20_000):
         mantissa = rng.choice(
             [rng.random(), round(rng.random() * 1000, rng.randint(0, 6)), rng.randint(1, 99)]
         )
         values.append(rng.choice([1, -1]) * mantissa * 10.0 ** rng.randint(-9, 22))
     for value in values:
-        assert go_float(value) == _go_float_from_digits(value), value
+        try:
+            expected = digit_by_digit(value)
+        except ValueError:  # JSON has no infinities
+            with pytest.raises(ValueError):
+                shortcut(value)
+            continue
+        assert shortcut(value) == expected, value
 
 
 def test_go_json_strings_as_go_writes_them():
