@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from airflow_conduit.engine.cleanup_pools import cap_cleanup_pools
 from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, archive_options
 
 DEFAULT_MASTER = "local[*]"
@@ -51,6 +52,7 @@ def get_session(
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel(os.environ.get("CONDUIT_SPARK_LOG_LEVEL", "ERROR"))
+    cap_cleanup_pools(spark)
     return spark
 
 
