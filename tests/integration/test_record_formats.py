@@ -11,7 +11,9 @@ from pathlib import Path
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.config.settings.record_format import RecordFormat
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
-from airflow_conduit.engine.connectors.record_format import record_lines
+from airflow_conduit.engine.connectors.record_format import record_lines, serializer
+from airflow_conduit.engine.processors.custom_python import ArrowRecords
+from airflow_conduit.record import record_text_sql
 from tests.unit.test_record_format import SDK_OPENCDC_JSON
 
 SETTINGS = {"recordCount": 7, "maxRecordsPerBatch": 3, "seed": 5}
@@ -67,6 +69,29 @@ def test_spark_paths_write_the_sdk_bytes(spark):
         "op": "c",
         "transaction": None,
     }
+
+
+def test_opencdc_json_holds_the_values_go_writes(spark):
+    """The JVM's opencdc/json line holds the same JSON values as the Go-exact serializer the other
+    formats use, though not always the same bytes: Spark's to_json writes <, >, & and U+2028/U+2029 as
+    they are where Go escapes them, and a double in Java's form (1.0E21 where Go writes 1e+21); see
+    docs/connectors.md, Record formats."""
+    records = spark.sql(
+        SDK_RECORD_SQL.replace(
+            """parse_json('{"foo":"bar","baz":"qux"}')""",
+            """parse_json('{"a<b>&c":"x < y && z > 1","sep":"line\\u2028para\\u2029","n":[1,"<&>"],'"""
+            """ || '"big":1e21,"small":1.5e-7,"exp":1.5e3,"plain":12.5,"int":12345678901234567890}')""",
+        ).replace("'example'", "'<example & co>'")
+    )
+    [line] = [r.value for r in record_lines(records).collect()]
+    # The record as the Python formats read it (record_lines' mapInArrow).
+    [arrow_batch] = records.selectExpr(*record_text_sql())._collect_as_arrow()
+    go_line = serializer(RecordFormat("opencdc/json"))(ArrowRecords(arrow_batch).record(0))
+    assert json.loads(line) == json.loads(go_line)
+    assert json.loads(line)["payload"]["after"]["sep"] == "line\u2028para\u2029"
+    # The documented differences in bytes, so that the docs change when they do.
+    assert '"a<b>&c":"x < y && z > 1"' in line and '"big":1.0E21' in line, line
+    assert '"a\\u003cb\\u003e\\u0026c"' in go_line and '"big":1e+21' in go_line, go_line
 
 
 def test_file_destination_writes_debezium_json(run_yaml, tmp_path):
