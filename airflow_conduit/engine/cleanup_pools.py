@@ -1,4 +1,4 @@
-"""Spark's block-manager cleanup pools, capped at a few threads: the driver's memory stays flat.
+"""Spark's block-manager cleanup pools, capped at a few threads instead of 100 each.
 
 Every micro-batch leaves broadcasts and shuffles that Spark's ``ContextCleaner`` removes later, one
 message each to the block manager's RPC endpoints. Those handle the removals in two pools that Spark
@@ -6,11 +6,13 @@ builds with a core and a maximum of 100 threads over an unbounded queue
 (``ThreadUtils.newDaemonCachedThreadPool``, both sizes hard-coded): a pool below its core size starts
 a new thread for every task, even with idle threads at hand, so a long run's driver climbs to 200
 more threads (64 at 5 s, 249 at 73 s of a 10M-record run, 155 of them in these pools), each with its
-stack and its share of the C allocator's arenas.
+stack and its share of the C allocator's arenas. The cap took about 13 MiB off a 10M-record run's
+peak (medians, alternating runs); the driver JVM still grows by its JIT's code and heap over a long
+run (``benchmarks/README.md``).
 
 With the core size lowered, the unbounded queue takes the tasks the core threads are busy with, and
-the pool never grows past it. The removals were asynchronous already (a task never waits for one);
-they queue a little longer instead of running 100 at a time.
+the pool never grows past it. No task waits for a removal (Spark's cleaner thread and
+``destroy(blocking=True)`` do): the removals queue a little longer instead of running 100 at a time.
 
 The pools are private fields of the endpoints, read here by reflection (the Spark version is pinned);
 ``ThreadPoolExecutor.setCorePoolSize`` itself is public. The driver's own endpoints only: an

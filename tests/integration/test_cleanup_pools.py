@@ -27,8 +27,8 @@ def test_removing_many_broadcasts_keeps_each_cleanup_pool_small(spark):
     jvm = spark._jvm
     block_manager = jvm.org.apache.spark.SparkEnv.get().blockManager()
     removed = []
-    # Spark's pools start a thread per task below their core size of 100: 30 removals in a row would
-    # leave about 30 threads in each pool.
+    # Spark's pools start a thread per task below their core size of 100: without the cap, these 30
+    # removals left 100 threads in each pool.
     for number in range(30):
         broadcast = spark.sparkContext.broadcast({"number": number})
         # A job that reads it, so that the removal has a block to remove.
