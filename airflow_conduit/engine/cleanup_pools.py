@@ -26,6 +26,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from airflow_conduit.engine.jvm import private_field
+
 logger = logging.getLogger("airflow_conduit.engine")
 
 CLEANUP_THREADS = 2
@@ -38,12 +40,6 @@ POOL_FIELDS = {
 """The endpoint classes and the field of each that holds its pool."""
 
 
-def _private(obj: Any, name: str) -> Any:
-    field = obj.getClass().getDeclaredField(name)
-    field.setAccessible(True)
-    return field.get(obj)
-
-
 def cap_cleanup_pools(spark: SparkSession, threads: int = CLEANUP_THREADS) -> int:
     """Cap the driver's block-manager cleanup pools at ``threads`` each; how many pools were capped.
 
@@ -51,13 +47,13 @@ def cap_cleanup_pools(spark: SparkSession, threads: int = CLEANUP_THREADS) -> in
     """
     try:
         jvm: Any = spark._jvm
-        dispatcher = _private(jvm.org.apache.spark.SparkEnv.get().rpcEnv(), "dispatcher")
-        endpoints = _private(dispatcher, "endpointRefs").keySet().toArray()
+        dispatcher = private_field(jvm.org.apache.spark.SparkEnv.get().rpcEnv(), "dispatcher")
+        endpoints = private_field(dispatcher, "endpointRefs").keySet().toArray()
         capped = 0
         for endpoint in endpoints:
             field_name = POOL_FIELDS.get(str(endpoint.getClass().getName()))
             if field_name is not None:
-                _private(endpoint, field_name).setCorePoolSize(threads)
+                private_field(endpoint, field_name).setCorePoolSize(threads)
                 capped += 1
     except Exception:
         logger.debug("could not cap Spark's block-manager cleanup pools", exc_info=True)

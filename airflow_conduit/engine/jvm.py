@@ -1,7 +1,9 @@
 """JVM options for the Spark driver that runs the engine; no pyspark here, so the Airflow side can use it.
 
 Here: the driver's GC settings, the Spark settings of every session the engine runs in, and where the
-class-data archive lives and the options that map it (:mod:`.class_archive` builds it).
+class-data archive lives and the options that map it (:mod:`.class_archive` builds it); and
+:func:`private_field`, how the engine reads the Spark internals it tunes (:mod:`.planners`,
+:mod:`.cleanup_pools`) through py4j.
 
 The GC settings (``DRIVER_GC_OPTIONS``), each measured on 1M and 10M records through
 ``benchmarks/peers.py`` (peak PSS of the process tree, 2 cores, 24 GB of memory):
@@ -29,6 +31,7 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 DRIVER_GC_OPTIONS = "-XX:+UseParallelGC -XX:GCTimeRatio=4 -Xms128m"
 """For ``spark.driver.extraJavaOptions``: the engine adds it to a driver it starts itself, and
@@ -109,3 +112,11 @@ def archive_options() -> str:
     if path is None or not path.is_file():
         return ""
     return f"-XX:SharedArchiveFile={path} {_QUIET}"
+
+
+def private_field(java_object: Any, name: str) -> Any:
+    """The value of a private field of a Java object reached through py4j, by reflection (the Spark
+    version is pinned, so the names are checked once, with ``javap``)."""
+    field = java_object.getClass().getDeclaredField(name)
+    field.setAccessible(True)
+    return field.get(java_object)

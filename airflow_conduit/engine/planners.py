@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from airflow_conduit.engine.jvm import private_field
+
 logger = logging.getLogger("airflow_conduit.engine")
 
 PLANNER_MODULES = (
@@ -103,10 +105,8 @@ def stop_planners(spark: SparkSession) -> int:
     version is pinned); ``PythonWorkerFactory.stop()`` itself is public.
     """
     jvm: Any = spark._jvm
-    env = jvm.org.apache.spark.SparkEnv.get()
-    field = env.getClass().getDeclaredField("pythonWorkers")
-    field.setAccessible(True)
-    factories = field.get(env).toList().iterator()  # a copy: a query may add a factory meanwhile
+    workers = private_field(jvm.org.apache.spark.SparkEnv.get(), "pythonWorkers")
+    factories = workers.toList().iterator()  # a copy: a query may add a factory meanwhile
     stopped = 0
     while factories.hasNext():
         entry = factories.next()
