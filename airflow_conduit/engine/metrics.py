@@ -5,7 +5,7 @@ Conduit's label names (``pipeline_name``, ``plugin``, ``type``). Two sources fee
 
 - the engine's own batch results (:meth:`PipelineMetrics.on_batch`, called from ``foreachBatch``): the
   record counters, which are those of the exit payload, and the DLQ records with their sizes;
-- a Spark :class:`StreamingQueryListener` (:meth:`PipelineMetrics.on_progress`): the rows Spark read per
+- Spark's progress events (:meth:`PipelineMetrics.on_progress`, :mod:`.progress`): the rows Spark read per
   source, the input and processing rates and the durations of a micro-batch's phases.
 
 Differences from Conduit, because Spark moves micro-batches, not single records:
@@ -24,7 +24,6 @@ a copy or a symlink, it only reads ``*.prom`` in its own directory) or any scrap
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -34,17 +33,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming.listener import (
-    QueryIdleEvent,
-    QueryProgressEvent,
-    QueryStartedEvent,
-    QueryTerminatedEvent,
-    StreamingQueryListener,
-)
 
 from airflow_conduit import dlq_tools
 from airflow_conduit.config.model import PipelineConfig
 from airflow_conduit.engine.counters import RunCounters
+from airflow_conduit.engine.progress import Progress, ProgressListener
 from airflow_conduit.files import write_atomic
 from airflow_conduit.state import PipelineState, Status
 
@@ -227,7 +220,7 @@ class PipelineMetrics:
         self._last_progress_batch: int | None = None
         self._dlq_seen = dlq_tools.snapshot(state.dlq_dir)
         self._spark: SparkSession | None = None
-        self._listener: StreamingQueryListener | None = None
+        self._listener: ProgressListener | None = None
         self._run_id: str | None = None
         # The series the file shows from the start, in the (sorted) order the file always had.
         self._set_status(Status.RUNNING)
@@ -249,7 +242,7 @@ class PipelineMetrics:
     def attach(self, spark: SparkSession) -> None:
         """Register the progress listener (before the query starts, so no progress is missed)."""
         self._spark = spark
-        self._listener = _ProgressListener(self)
+        self._listener = ProgressListener(self.on_progress)
         spark.streams.addListener(self._listener)
         self.write()
 
@@ -312,28 +305,27 @@ class PipelineMetrics:
                 series.observe(len(line))
             self._dlq_seen[path.name] = len(lines)
 
-    def on_progress(self, progress: Any) -> None:
-        """A ``StreamingQueryProgress`` of this pipeline's query."""
+    def on_progress(self, progress: Progress) -> None:
+        """The progress of a micro-batch of this session's queries; only this pipeline's run counts."""
         with self._lock:
             if progress.name != self.query_name or (
-                self._run_id is not None and str(progress.runId) != self._run_id
+                self._run_id is not None and progress.run_id != self._run_id
             ):
                 return
             for source in progress.sources:
                 # Spark appends the source object's identity (``...Stream@1e1f23aa``): a new label per run.
-                key = re.sub(r"@[0-9a-f]+$", "", str(source.description))
-                self._m.source_rows.labels(self._pid, key).inc(int(source.numInputRows or 0))
-            durations = progress.durationMs or {}
+                key = re.sub(r"@[0-9a-f]+$", "", source.description)
+                self._m.source_rows.labels(self._pid, key).inc(source.input_rows)
             for phase in SPARK_PHASES:
-                if phase in durations:
-                    self._m.phases.labels(self._pid, phase).observe(float(durations[phase]) / 1000.0)
+                if phase in progress.durations_ms:
+                    self._m.phases.labels(self._pid, phase).observe(progress.durations_ms[phase] / 1000.0)
             for gauge, value in (
-                (self._m.input_rate, progress.inputRowsPerSecond),
-                (self._m.processed_rate, progress.processedRowsPerSecond),
+                (self._m.input_rate, progress.input_rows_per_second),
+                (self._m.processed_rate, progress.processed_rows_per_second),
             ):
-                if value is not None and not math.isnan(float(value)):
-                    gauge.labels(self._pid).set(float(value))
-            self._last_progress_batch = int(progress.batchId)
+                if value is not None:
+                    gauge.labels(self._pid).set(value)
+            self._last_progress_batch = progress.batch_id
             self._m.last_batch.labels(self._pid).set(self._last_progress_batch)
             self._lock.notify_all()
         self.write()
@@ -371,25 +363,3 @@ class PipelineMetrics:
                 write_atomic(self.path, self.render())
         except OSError:
             logger.warning("could not write %s", self.path, exc_info=True)
-
-
-class _ProgressListener(StreamingQueryListener):
-    """Hands the progress of the pipeline's query to :class:`PipelineMetrics`."""
-
-    def __init__(self, metrics: PipelineMetrics) -> None:
-        self.metrics = metrics
-
-    def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        pass
-
-    def onQueryProgress(self, event: QueryProgressEvent) -> None:
-        try:
-            self.metrics.on_progress(event.progress)
-        except Exception:  # an exception here would only be logged by Py4J, far from its cause
-            logger.warning("metrics: could not record a progress event", exc_info=True)
-
-    def onQueryIdle(self, event: QueryIdleEvent) -> None:
-        pass
-
-    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        pass
