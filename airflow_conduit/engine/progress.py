@@ -99,7 +99,7 @@ class ProgressListener(StreamingQueryListener):
         try:
             self._on_progress(Progress.from_json(text))
         except Exception:  # raised to Spark, it would only be logged by py4j, far from its cause
-            logger.warning("could not read a streaming progress event", exc_info=True)
+            logger.warning("could not read or record a streaming progress event", exc_info=True)
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
