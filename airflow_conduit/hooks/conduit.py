@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 import airflow_conduit
 from airflow_conduit import dlq_tools
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, driver_jvm_options
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
@@ -114,7 +114,9 @@ class ConduitHook(BaseHook):
 
     :param spark_conn_id: the Spark connection (type ``spark``); default ``spark_default``
     :param conf: Spark configuration properties for ``--conf``; ``spark.driver.extraJavaOptions``
-        defaults to the engine's GC setting (:data:`~airflow_conduit.engine.jvm.DRIVER_GC_OPTIONS`)
+        defaults to the engine's GC setting (:data:`~airflow_conduit.engine.jvm.DRIVER_GC_OPTIONS`), and
+        in client mode its native heap's trimming where this machine's java knows it
+        (:func:`~airflow_conduit.engine.jvm.driver_jvm_options`)
     :param env_vars: extra environment of the job (e.g. for ``${VAR}`` in the pipeline file)
     :param python: the Python of the driver and the executors (default: this interpreter)
     :param name: the Spark application name (default ``conduit-PIPELINE_ID``)
@@ -214,7 +216,7 @@ class ConduitHook(BaseHook):
             **executor_env,
             **self.conf,
         }
-        return ConduitSparkSubmitHook(
+        hook = ConduitSparkSubmitHook(
             conf=conf,
             conn_id=self.spark_conn_id,
             name=name,
@@ -222,6 +224,11 @@ class ConduitHook(BaseHook):
             env_vars=self.job_env(),
             **kwargs,
         )
+        if "spark.driver.extraJavaOptions" not in self.conf and hook._connection["deploy_mode"] != "cluster":
+            # The driver runs here, on the java checked: it may trim its native heap too. In cluster
+            # mode the driver's JVM is elsewhere, of a version unknown here.
+            hook._conf["spark.driver.extraJavaOptions"] = driver_jvm_options()
+        return hook
 
     def get_conn(self) -> SparkSubmitHook:
         return self.get_spark_submit_hook([], name=self.name or "conduit")

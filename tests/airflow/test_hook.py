@@ -21,7 +21,12 @@ import pytest
 import structlog
 from conftest import HERE, SPARK_CONN
 
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS
+from airflow_conduit.engine.jvm import (
+    DRIVER_GC_OPTIONS,
+    ENGINE_CONFS,
+    TRIM_NATIVE_HEAP_OPTIONS,
+    driver_jvm_options,
+)
 from airflow_conduit.hooks.conduit import ConduitHook, PipelineRun, engine_application, parse_payload_line
 from airflow_conduit.state import PipelineState
 
@@ -73,7 +78,13 @@ def test_engine_application_is_the_spark_submit_entry():
 
 def test_submission_carries_the_engine_settings_unless_conf_sets_its_own(hook):
     conf = hook.get_spark_submit_hook([], name="n")._conf
-    assert conf == {"spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS, **ENGINE_CONFS}
+    assert conf == {"spark.driver.extraJavaOptions": driver_jvm_options(), **ENGINE_CONFS}
+    # This machine's java knows the native heap's trimming (CI installs Debian's current 17).
+    assert TRIM_NATIVE_HEAP_OPTIONS in conf["spark.driver.extraJavaOptions"]
+    # In cluster mode the driver's JVM is another machine's, of a version unknown here.
+    cluster = ConduitHook(application=FAKE, spark_submit_kwargs={"deploy_mode": "cluster"})
+    conf = cluster.get_spark_submit_hook([], name="n")._conf
+    assert conf["spark.driver.extraJavaOptions"] == DRIVER_GC_OPTIONS
     marker = "spark.hadoop.mapreduce.fileoutputcommitter.marksuccessfuljobs"
     own = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b", marker: "true"}
     conf = ConduitHook(application=FAKE, conf=own).get_spark_submit_hook([], name="n")._conf

@@ -115,3 +115,19 @@ pipelines:
     ignored = run("state-broken", **{jvm.ARCHIVE_ENV: str(broken)})
     assert ignored.returncode == 0, ignored.stderr[-2000:]
     assert "archive" not in ignored.stderr.lower() and "cds" not in ignored.stderr.lower()
+
+
+def test_this_machines_java_takes_the_driver_options_and_trims_its_heap() -> None:
+    """The options are given to the java spark-submit starts: it must start with them (an unknown
+    option stops a JVM), with the trimming in effect."""
+    java = jvm._java()
+    assert java is not None, "no java on PATH or JAVA_HOME"
+    flags = subprocess.run(
+        [str(java), *jvm.driver_jvm_options().split(), "-XX:+PrintFlagsFinal", "-version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert flags.returncode == 0, flags.stderr[-2000:]
+    interval = next(line for line in flags.stdout.splitlines() if " TrimNativeHeapInterval " in line)
+    assert interval.split("=")[1].split()[0] == "1000"
