@@ -210,24 +210,21 @@ class ConduitHook(BaseHook):
         # env_vars reach the executors too (spark.executorEnv): on a cluster they do not inherit the
         # driver's environment, and custom.python code there may read them.
         executor_env = {f"spark.executorEnv.{key}": value for key, value in self.env_vars.items()}
-        conf = {
-            "spark.driver.extraJavaOptions": DRIVER_GC_OPTIONS,
-            **ENGINE_CONFS,
-            **executor_env,
-            **self.conf,
-        }
         hook = ConduitSparkSubmitHook(
-            conf=conf,
+            conf={**ENGINE_CONFS, **executor_env, **self.conf},
             conn_id=self.spark_conn_id,
             name=name,
             application_args=application_args,
             env_vars=self.job_env(),
             **kwargs,
         )
-        if "spark.driver.extraJavaOptions" not in self.conf and hook._connection["deploy_mode"] != "cluster":
-            # The driver runs here, on the java checked: it may trim its native heap too. In cluster
-            # mode the driver's JVM is elsewhere, of a version unknown here.
-            hook._conf["spark.driver.extraJavaOptions"] = driver_jvm_options()
+        # The deploy mode is known once the hook has read its connection. In client mode the driver
+        # runs here, on the java checked, and may trim its native heap too; in cluster mode its JVM is
+        # elsewhere, of a version unknown here.
+        cluster = hook._connection["deploy_mode"] == "cluster"
+        hook._conf.setdefault(
+            "spark.driver.extraJavaOptions", DRIVER_GC_OPTIONS if cluster else driver_jvm_options()
+        )
         return hook
 
     def get_conn(self) -> SparkSubmitHook:
