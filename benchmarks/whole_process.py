@@ -33,6 +33,8 @@ from pathlib import Path
 
 from throughput import DATA_SCHEMA, PIPELINE, make_data
 
+from airflow_conduit.engine.jvm import java_version
+
 VENV_BIN = Path(sys.executable).parent
 BARE_JOB = """\
 import sys
@@ -122,15 +124,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--java-home", help="the Java every job runs on (default: JAVA_HOME, else PATH's)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if args.java_home:
+        os.environ["JAVA_HOME"] = args.java_home
+    version = java_version()
 
     work = Path(tempfile.mkdtemp(prefix="conduit-whole-"))
     source = work / "in"
     source.mkdir()
     size = make_data(source / "data.jsonl", args.records)
     print(
-        f"{args.records:,} JSON lines, {size / 1e6:.0f} MB; {args.repeat} alternating rounds, whole processes"
+        f"{args.records:,} JSON lines, {size / 1e6:.0f} MB; {args.repeat} alternating rounds, whole processes; "
+        f"Java {'.'.join(map(str, version)) if version else 'unknown'}"
     )
     times: dict[str, list[float]] = {"bare": [], "ceiling": [], "pipeline": []}
     phases: list[Phases] = []

@@ -6,16 +6,20 @@ map it at the next start. Measured on the whole-process benchmark (1M lines, 2 c
 alternating rounds): process start to ``starting`` 5.9 and 5.4 s without, 4.3 and 3.3 s with it; the
 whole run 26.2 and 22.7 s against 24.3 and 21.7 s.
 
+On Java 25 and later the archive is an AOT cache instead (JEP 483, 514, 515): the classes linked as well,
+and the methods' profiles from the recording run, so the JIT compiles the hot paths of the first
+micro-batch sooner (:func:`~airflow_conduit.engine.jvm.uses_aot_cache`).
+
 The archive belongs to one JVM and one set of Spark jars: its file name carries a digest of both
-(:func:`~airflow_conduit.engine.jvm.archive_path`), so after an upgrade the engine looks for a new one and starts without one
-until it is built. Built by::
+(:func:`~airflow_conduit.engine.jvm.archive_path`), so after an upgrade the engine looks for a new one
+and starts without one until it is built. Built by::
 
     python -m airflow_conduit.engine.class_archive
 
-(``make venv`` does it), which runs a small pipeline in a JVM that writes the classes it loaded at its
-exit (``-XX:ArchiveClassesAtExit``). Where the archive lives and the options that map it are in
-:mod:`.jvm` (:func:`~airflow_conduit.engine.jvm.archive_options`), which the session reads before
-Spark starts. A JVM that cannot use the archive starts as it would without it, and says nothing.
+(``make venv`` does it), which runs a small pipeline in a JVM that writes the archive at its exit
+(:func:`~airflow_conduit.engine.jvm.record_options`). Where the archive lives and the options that map
+it are in :mod:`.jvm` (:func:`~airflow_conduit.engine.jvm.archive_options`), which the session reads
+before Spark starts. A JVM that cannot use the archive starts as it would without it, and says nothing.
 """
 
 from __future__ import annotations
@@ -28,16 +32,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_path, cache_dir
+from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_path, cache_dir, record_options
 
 _SAMPLE_LINES = 2_000
 BUILD_TIMEOUT = 600.0
-"""Seconds the sample run may take (about 25 on 2 cores) before the build gives up."""
+"""Seconds the sample run may take (about 25 on 2 cores, 30 for an AOT cache) before the build gives up."""
 
 
 def _record_classes(target: Path) -> None:
     """In a child process: run a small file -> json.decode -> field.set -> file pipeline in a new JVM
-    that writes the classes it loaded to ``target`` when it exits."""
+    that writes the archive (the classes it loaded; on Java 25+ also their profiles) to ``target`` when
+    it exits."""
     import json
 
     from airflow_conduit.config import load_pipeline_text
@@ -66,7 +71,7 @@ pipelines:
 """,
             "<class archive>",
         ).pipelines[0]
-        options = f"{driver_java_options(class_archive=False)} -XX:ArchiveClassesAtExit={target}"
+        options = f"{driver_java_options(class_archive=False)} {record_options(target)}"
         spark = get_session(java_options=options)
         payload = run_pipeline(spark, pipeline, work / "state", RunOptions(until_idle=True))
         if payload["exit_code"] != 0:
@@ -90,12 +95,18 @@ def build() -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     env = {**os.environ, ARCHIVE_ENV: "off"}
-    subprocess.run(
+    # Its output stays out of sight unless it fails: Java 25's JVM that assembles an AOT cache prints
+    # its whole class path.
+    recorded = subprocess.run(
         [sys.executable, "-m", "airflow_conduit.engine.class_archive", "--record", str(partial)],
-        check=True,
         env=env,
         timeout=BUILD_TIMEOUT,
+        capture_output=True,
+        text=True,
     )
+    if recorded.returncode != 0:
+        partial.unlink(missing_ok=True)
+        raise SystemExit(f"the sample run that records the archive failed:\n{recorded.stderr[-3000:]}")
     if not partial.is_file():
         raise SystemExit(f"the JVM wrote no archive to {partial}")
     os.replace(partial, path)  # a run starting meanwhile maps the old file or none, never half of one
@@ -106,8 +117,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_conduit.engine.class_archive",
         description=(
-            "Build the JVM class-data archive that makes the Spark driver of `airflow-conduit run` start "
-            "faster (about 1.5 s of each run on 2 cores). Runs a small pipeline once (about 20 s) and "
+            "Build the JVM class-data archive (on Java 25+, an AOT cache) that makes the Spark driver of "
+            "`airflow-conduit run` start faster (about 1.5 s of each run on 2 cores). Runs a small pipeline "
+            "once (about 25 s) and "
             f"writes the archive under {cache_dir()}. Run it again after upgrading Java or pyspark; set "
             f"{ARCHIVE_ENV}=off to start without it."
         ),

@@ -1,5 +1,6 @@
 """The Spark driver's class-data archive (engine/jvm.py, engine/class_archive.py): named after the JVM
-and the Spark jars, mapped only when it is there, and a real archive built here is one the JVM maps."""
+and the Spark jars, mapped only when it is there, and a real archive built here is one the JVM maps:
+a CDS archive for this machine's default Java, an AOT cache for each Java 25+ installed beside it."""
 
 from __future__ import annotations
 
@@ -60,11 +61,28 @@ def test_the_driver_maps_the_archive_only_when_it_is_built(
     assert f"-XX:SharedArchiveFile={chosen}" in driver_java_options()
 
 
-def test_a_built_archive_is_mapped_by_the_driver_and_a_broken_one_is_ignored(tmp_path: Path) -> None:
-    """Builds a real archive (a JVM runs a small pipeline, about 20 s), then runs a pipeline whose JVM
-    must load Spark's classes from it."""
+def _java_homes() -> list[str | None]:
+    """``None`` (the default Java: ``JAVA_HOME`` or ``PATH``), and each Java 25+ under ``/usr/lib/jvm``."""
+    homes: list[str | None] = [None]
+    for release in sorted(Path("/usr/lib/jvm").glob("*/release")):
+        home = release.parent
+        if not home.is_symlink() and jvm.uses_aot_cache(jvm.java_version(home / "bin" / "java")):
+            homes.append(str(home))
+    return homes
+
+
+@pytest.mark.parametrize("java_home", _java_homes())
+def test_a_built_archive_is_mapped_by_the_driver_and_a_broken_one_is_ignored(
+    tmp_path: Path, java_home: str | None
+) -> None:
+    """Builds a real archive (a JVM runs a small pipeline, about 20-30 s), then runs a pipeline whose
+    JVM must load Spark's classes from it."""
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     env.pop(jvm.ARCHIVE_ENV, None)
+    if java_home:
+        env["JAVA_HOME"] = java_home
+    java = Path(java_home) / "bin" / "java" if java_home else jvm._java()
+    aot = jvm.uses_aot_cache(jvm.java_version(java))
     built = subprocess.run(
         [sys.executable, "-m", "airflow_conduit.engine.class_archive"],
         env=env,
@@ -73,7 +91,9 @@ def test_a_built_archive_is_mapped_by_the_driver_and_a_broken_one_is_ignored(tmp
         timeout=300,
     )
     assert built.returncode == 0, built.stderr[-2000:]
-    archives = list((tmp_path / "cache" / "airflow-conduit").glob("spark-driver-*.jsa"))
+    archives = list(
+        (tmp_path / "cache" / "airflow-conduit").glob(f"spark-driver-*.{'aot' if aot else 'jsa'}")
+    )
     assert len(archives) == 1 and archives[0].stat().st_size > 10_000_000
     assert not list((tmp_path / "cache" / "airflow-conduit").glob(".*")), "no partial file left"
 
@@ -102,19 +122,28 @@ pipelines:
             timeout=300,
         )
 
-    # -Xshare:on: a JVM that cannot map its archives fails to start; the class log names, for each
-    # class, the archive it came from ("top": the archive built here, on the JDK's own). To a file:
-    # spark-submit's launcher JVM (which gets these options too) must keep its standard output clean.
+    # The class log names, for each class, the archive it came from. To a file: spark-submit's
+    # launcher JVM (which gets these options too) must keep its standard output clean.
     classes = tmp_path / "classes.log"
-    mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xshare:on -Xlog:class+load=info:file={classes}")
-    assert mapped.returncode == 0, mapped.stderr[-2000:]
-    from_archive = classes.read_text().count("source: shared objects file (top)")
-    assert from_archive > 1000, f"{from_archive} classes came from the built archive"
+    if aot:
+        # An AOT cache replaces the JDK's own archive (about 1,300 classes) and holds Spark's too.
+        mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xlog:class+load=info:file={classes}")
+        assert mapped.returncode == 0, mapped.stderr[-2000:]
+        from_archive = classes.read_text().count("source: shared objects file")
+        assert from_archive > 5000, f"{from_archive} classes came from the built AOT cache"
+    else:
+        # -Xshare:on: a JVM that cannot map its archives fails to start ("top": the archive built
+        # here, on the JDK's own).
+        mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xshare:on -Xlog:class+load=info:file={classes}")
+        assert mapped.returncode == 0, mapped.stderr[-2000:]
+        from_archive = classes.read_text().count("source: shared objects file (top)")
+        assert from_archive > 1000, f"{from_archive} classes came from the built archive"
     broken = tmp_path / "broken.jsa"
     broken.write_bytes(b"not an archive")
     ignored = run("state-broken", **{jvm.ARCHIVE_ENV: str(broken)})
     assert ignored.returncode == 0, ignored.stderr[-2000:]
-    assert "archive" not in ignored.stderr.lower() and "cds" not in ignored.stderr.lower()
+    shown = ignored.stderr.lower()
+    assert "archive" not in shown and "cds" not in shown and "aot" not in shown
 
 
 def test_this_machines_java_takes_the_driver_options_and_trims_its_heap() -> None:
