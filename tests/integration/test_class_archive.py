@@ -61,6 +61,32 @@ def test_the_driver_maps_the_archive_only_when_it_is_built(
     assert f"-XX:SharedArchiveFile={chosen}" in driver_java_options()
 
 
+@pytest.mark.parametrize(
+    ("release", "aot"),
+    [
+        ('JAVA_VERSION="17.0.15"\n', False),
+        ('JAVA_VERSION="21.0.8"\n', False),
+        ('JAVA_VERSION="25.0.3"\n', True),
+    ],
+)
+def test_java_25_gets_an_aot_cache_and_older_javas_a_cds_archive(
+    fake_install: Path, release: str, aot: bool
+) -> None:
+    (fake_install / "jdk" / "release").write_text(release)
+    path = jvm.archive_path()
+    assert path is not None and path.suffix == (".aot" if aot else ".jsa")
+    assert jvm.archive_options() == ""  # not built yet
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    mapped, recorded = jvm.archive_options(), jvm.record_options(path)
+    if aot:
+        assert f"-XX:AOTCache={path}" in mapped and "SharedArchiveFile" not in mapped
+        assert recorded == f"-XX:AOTCacheOutput={path}"
+    else:
+        assert f"-XX:SharedArchiveFile={path}" in mapped and "AOTCache" not in mapped
+        assert recorded == f"-XX:ArchiveClassesAtExit={path}"
+
+
 def _java_homes() -> list[str | None]:
     """``None`` (the default Java: ``JAVA_HOME`` or ``PATH``), and each Java 25+ under ``/usr/lib/jvm``."""
     homes: list[str | None] = [None]

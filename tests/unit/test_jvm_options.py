@@ -61,36 +61,3 @@ def test_trimming_only_where_the_jvm_has_the_switch(version: tuple | None, trims
 def test_without_a_readable_java_the_driver_goes_without_trimming(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jvm, "_java", lambda: None)
     assert jvm.driver_jvm_options() == jvm.DRIVER_GC_OPTIONS
-
-
-@pytest.mark.parametrize(
-    ("release", "aot"),
-    [
-        ('JAVA_VERSION="17.0.15"\n', False),
-        ('JAVA_VERSION="21.0.8"\n', False),
-        ('JAVA_VERSION="25.0.3"\n', True),
-    ],
-)
-def test_java_25_gets_an_aot_cache_and_older_javas_a_cds_archive(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: str, aot: bool
-) -> None:
-    java = fake_java(tmp_path, release)
-    jars = tmp_path / "jars"
-    jars.mkdir()
-    (jars / "spark-core.jar").write_bytes(b"1")
-    monkeypatch.setattr(jvm, "_java", lambda: java)
-    monkeypatch.setattr(jvm, "_spark_jars", lambda: jars)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv(jvm.ARCHIVE_ENV, raising=False)
-    path = jvm.archive_path()
-    assert path is not None and path.suffix == (".aot" if aot else ".jsa")
-    assert jvm.archive_options() == ""  # not built yet
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"archive")
-    mapped, recorded = jvm.archive_options(), jvm.record_options(path)
-    if aot:
-        assert f"-XX:AOTCache={path}" in mapped and "SharedArchiveFile" not in mapped
-        assert recorded == f"-XX:AOTCacheOutput={path}"
-    else:
-        assert f"-XX:SharedArchiveFile={path}" in mapped and "AOTCache" not in mapped
-        assert recorded == f"-XX:ArchiveClassesAtExit={path}"
