@@ -179,6 +179,15 @@ def driver_jvm_options(version: tuple[int, int, int] | None = None) -> str:
     return DRIVER_GC_OPTIONS
 
 
+def local_driver_options(*, class_archive: bool = True) -> str:
+    """The JVM options of a driver that runs on this machine (the engine's own session, or
+    ``spark-submit`` in client mode): :func:`driver_jvm_options`, and the class archive's where one is
+    built for this machine's java and Spark jars (:func:`archive_options`)."""
+    options = driver_jvm_options()
+    archive = archive_options() if class_archive else ""
+    return f"{options} {archive}" if archive else options
+
+
 def private_field(java_object: Any, name: str) -> Any:
     """The value of a private field of a Java object reached through py4j, by reflection (the Spark
     version is pinned, so the names are checked once, with ``javap``)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.cleanup_pools import cap_cleanup_pools
-from airflow_conduit.engine.jvm import ENGINE_CONFS, archive_options, driver_jvm_options
+from airflow_conduit.engine.jvm import ENGINE_CONFS, local_driver_options
 
 DEFAULT_MASTER = "local[*]"
 
@@ -61,9 +61,7 @@ def driver_java_options(*, class_archive: bool = True) -> str:
     the engine's log configuration, GC and native heap settings, and the class-data archive when one is built
     (:mod:`.class_archive`)."""
     log_config = Path(__file__).with_name("log4j2.properties")
-    options = f"-Dlog4j2.configurationFile=file:{log_config} {driver_jvm_options()}"
-    archive = archive_options() if class_archive else ""
-    return f"{options} {archive}" if archive else options
+    return f"-Dlog4j2.configurationFile=file:{log_config} {local_driver_options(class_archive=class_archive)}"
 
 
 def under_spark_submit() -> bool:

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 import airflow_conduit
 from airflow_conduit import dlq_tools
-from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, driver_jvm_options
+from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, local_driver_options
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
@@ -115,8 +115,8 @@ class ConduitHook(BaseHook):
     :param spark_conn_id: the Spark connection (type ``spark``); default ``spark_default``
     :param conf: Spark configuration properties for ``--conf``; ``spark.driver.extraJavaOptions``
         defaults to the engine's GC setting (:data:`~airflow_conduit.engine.jvm.DRIVER_GC_OPTIONS`), and
-        in client mode its native heap's trimming where this machine's java knows it
-        (:func:`~airflow_conduit.engine.jvm.driver_jvm_options`)
+        in client mode its native heap's trimming where this machine's java knows it and the class
+        archive where one is built here (:func:`~airflow_conduit.engine.jvm.local_driver_options`)
     :param env_vars: extra environment of the job (e.g. for ``${VAR}`` in the pipeline file)
     :param python: the Python of the driver and the executors (default: this interpreter)
     :param name: the Spark application name (default ``conduit-PIPELINE_ID``)
@@ -219,11 +219,11 @@ class ConduitHook(BaseHook):
             **kwargs,
         )
         # The deploy mode is known once the hook has read its connection. In client mode the driver
-        # runs here, on the java checked, and may trim its native heap too; in cluster mode its JVM is
-        # elsewhere, of a version unknown here.
+        # runs here, on the java checked: it may trim its native heap and map the class archive built
+        # here; in cluster mode its JVM is elsewhere, of a version unknown here.
         cluster = hook._connection["deploy_mode"] == "cluster"
         hook._conf.setdefault(
-            "spark.driver.extraJavaOptions", DRIVER_GC_OPTIONS if cluster else driver_jvm_options()
+            "spark.driver.extraJavaOptions", DRIVER_GC_OPTIONS if cluster else local_driver_options()
         )
         return hook
 

@@ -22,10 +22,13 @@ import structlog
 from conftest import HERE, SPARK_CONN
 
 from airflow_conduit.engine.jvm import (
+    ARCHIVE_ENV,
     DRIVER_GC_OPTIONS,
     ENGINE_CONFS,
     TRIM_NATIVE_HEAP_OPTIONS,
+    archive_options,
     driver_jvm_options,
+    local_driver_options,
 )
 from airflow_conduit.hooks.conduit import ConduitHook, PipelineRun, engine_application, parse_payload_line
 from airflow_conduit.state import PipelineState
@@ -78,7 +81,8 @@ def test_engine_application_is_the_spark_submit_entry():
 
 def test_submission_carries_the_engine_settings_unless_conf_sets_its_own(hook):
     conf = hook.get_spark_submit_hook([], name="n")._conf
-    assert conf == {"spark.driver.extraJavaOptions": driver_jvm_options(), **ENGINE_CONFS}
+    assert conf == {"spark.driver.extraJavaOptions": local_driver_options(), **ENGINE_CONFS}
+    assert conf["spark.driver.extraJavaOptions"].startswith(driver_jvm_options())
     # This machine's java knows the native heap's trimming (CI installs Debian's current 17).
     assert TRIM_NATIVE_HEAP_OPTIONS in conf["spark.driver.extraJavaOptions"]
     # In cluster mode the driver's JVM is another machine's, of a version unknown here.
@@ -89,6 +93,27 @@ def test_submission_carries_the_engine_settings_unless_conf_sets_its_own(hook):
     own = {"spark.driver.extraJavaOptions": "-Dx=1", "spark.a": "b", marker: "true"}
     conf = ConduitHook(application=FAKE, conf=own).get_spark_submit_hook([], name="n")._conf
     assert conf == {**ENGINE_CONFS, **own}
+
+
+def test_a_client_mode_driver_maps_the_class_archive_built_here(hook, monkeypatch, tmp_path):
+    """Measured under spark-submit, 1,000 records, 2 cores: 19.6-21.2 s a run with the archive against
+    25.8-27.0 s without (engine/class_archive.py)."""
+    built = tmp_path / "driver.archive"
+    built.write_bytes(b"archive")
+    monkeypatch.setenv(ARCHIVE_ENV, str(built))
+    mapping = archive_options()
+    assert str(built) in mapping
+    client = hook.get_spark_submit_hook([], name="n")._conf
+    assert client["spark.driver.extraJavaOptions"] == f"{driver_jvm_options()} {mapping}"
+    # A cluster's driver is another machine's JVM, and the archive is this one's.
+    cluster = ConduitHook(application=FAKE, spark_submit_kwargs={"deploy_mode": "cluster"})
+    assert (
+        cluster.get_spark_submit_hook([], name="n")._conf["spark.driver.extraJavaOptions"]
+        == DRIVER_GC_OPTIONS
+    )
+    monkeypatch.setenv(ARCHIVE_ENV, "off")
+    client = hook.get_spark_submit_hook([], name="n")._conf
+    assert client["spark.driver.extraJavaOptions"] == driver_jvm_options()
 
 
 def test_env_vars_reach_the_executors_of_a_cluster_too():
