@@ -97,9 +97,3 @@ def airflow_env() -> AirflowEnv:
     env = AirflowEnv(_HOME)
     env.migrate()
     return env
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "engine: runs the real engine on local Spark (slow: a Spark start per run)"
-    )
