@@ -155,17 +155,15 @@ pipelines:
     classes = tmp_path / "classes.log"
     if aot:
         # An AOT cache replaces the JDK's own archive (about 1,300 classes) and holds Spark's too.
-        mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xlog:class+load=info:file={classes}")
-        assert mapped.returncode == 0, mapped.stderr[-2000:]
-        from_archive = classes.read_text().count("source: shared objects file")
-        assert from_archive > 5000, f"{from_archive} classes came from the built AOT cache"
+        share, marker, least = "", "source: shared objects file", 5000
     else:
         # -Xshare:on: a JVM that cannot map its archives fails to start ("top": the archive built
         # here, on the JDK's own).
-        mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"-Xshare:on -Xlog:class+load=info:file={classes}")
-        assert mapped.returncode == 0, mapped.stderr[-2000:]
-        from_archive = classes.read_text().count("source: shared objects file (top)")
-        assert from_archive > 1000, f"{from_archive} classes came from the built archive"
+        share, marker, least = "-Xshare:on ", "source: shared objects file (top)", 1000
+    mapped = run("state-mapped", JDK_JAVA_OPTIONS=f"{share}-Xlog:class+load=info:file={classes}")
+    assert mapped.returncode == 0, mapped.stderr[-2000:]
+    from_archive = classes.read_text().count(marker)
+    assert from_archive > least, f"{from_archive} classes came from the built archive"
     broken = tmp_path / "broken.jsa"
     broken.write_bytes(b"not an archive")
     ignored = run("state-broken", **{jvm.ARCHIVE_ENV: str(broken)})
