@@ -22,6 +22,7 @@ from airflow.sdk.exceptions import AirflowException
 import airflow_conduit
 from airflow_conduit import dlq_tools
 from airflow_conduit.engine.jvm import DRIVER_GC_OPTIONS, ENGINE_CONFS, local_driver_options
+from airflow_conduit.engine.python_startup import with_worker_site
 from airflow_conduit.errors import EXIT_CONFIG, EXIT_STOPPED, Code, PipelineError
 from airflow_conduit.hooks.engine_session import engine_alive, engine_processes, kill_engine
 from airflow_conduit.hooks.spark_output import (
@@ -225,6 +226,12 @@ class ConduitHook(BaseHook):
         hook._conf.setdefault(
             "spark.driver.extraJavaOptions", DRIVER_GC_OPTIONS if cluster else local_driver_options()
         )
+        if not cluster:
+            # The driver and its local Python processes import pyspark from its package, not its zip
+            # (engine/python_startup.py); a cluster's driver has its own environment.
+            env = hook._env_vars or {}
+            python_path = with_worker_site(env.get("PYTHONPATH", os.environ.get("PYTHONPATH")))
+            hook._env_vars = {**env, "PYTHONPATH": python_path}
         return hook
 
     def get_conn(self) -> SparkSubmitHook:

@@ -30,6 +30,7 @@ from airflow_conduit.engine.jvm import (
     driver_jvm_options,
     local_driver_options,
 )
+from airflow_conduit.engine.python_startup import with_worker_site
 from airflow_conduit.hooks.conduit import ConduitHook, PipelineRun, engine_application, parse_payload_line
 from airflow_conduit.state import PipelineState
 
@@ -121,6 +122,18 @@ def test_env_vars_reach_the_executors_of_a_cluster_too():
     hook = ConduitHook(application=FAKE, env_vars={"FLAKY_MARKER": "/m"}, conf={"spark.executorEnv.X": "own"})
     conf = hook.get_spark_submit_hook([], name="n")._conf
     assert conf["spark.executorEnv.FLAKY_MARKER"] == "/m" and conf["spark.executorEnv.X"] == "own"
+
+
+def test_a_driver_here_gets_the_worker_site_first_on_its_python_path(hook, monkeypatch):
+    """Its Python processes then import pyspark from its package (engine/python_startup.py)."""
+    monkeypatch.setenv("PYTHONPATH", "/from/the/worker")
+    assert hook.get_spark_submit_hook([], name="n")._env_vars["PYTHONPATH"] == with_worker_site(
+        "/from/the/worker"
+    )
+    own = ConduitHook(application=FAKE, env_vars={"PYTHONPATH": "/own"})
+    assert own.get_spark_submit_hook([], name="n")._env_vars["PYTHONPATH"] == with_worker_site("/own")
+    cluster = ConduitHook(application=FAKE, spark_submit_kwargs={"deploy_mode": "cluster"})
+    assert "PYTHONPATH" not in cluster.get_spark_submit_hook([], name="n")._env_vars
 
 
 def test_job_env_sets_pyspark_python(hook):
