@@ -66,7 +66,7 @@ brokers: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m brokers tests/integration
 
 test-e2e: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m engine tests/airflow tests/integration/test_class_archive.py
+	$(VENV)/bin/python -m pytest -q -m engine tests/airflow tests/integration/test_class_archive.py tests/integration/test_spark_python_processes.py
 
 # Style, layering (import-linter contracts in pyproject.toml), types, and the docs site.
 lint: $(STAMP)
