@@ -1,7 +1,9 @@
 """Spark's idle Python planners, stopped once, when every query the engine runs has been planned.
 
-Planning a query over a Python data source starts three ``pyspark.daemon`` processes on the driver,
-one per planner module below, and each forks a worker that Spark keeps for reuse. No later
+Planning a query over a Python data source starts a ``pyspark.daemon`` process on the driver per
+planner module below (the engine's session skips the first, the search for installed data sources:
+:func:`~airflow_conduit.engine.session.skip_data_source_lookup`), and each forks a worker that Spark
+keeps for reuse. No later
 micro-batch uses them (each stream plans its batches in its own source runner and reads in
 ``pyspark.worker``), yet they stay up for the whole run: about 250 MiB of the process tree (PSS, 1M
 records through ``benchmarks/peers.py``), 110 MiB of it the daemons.
