@@ -20,11 +20,16 @@ and starts without one until it is built. Built by::
 (:func:`~airflow_conduit.engine.jvm.record_options`). Where the archive lives and the options that map
 it are in :mod:`.jvm` (:func:`~airflow_conduit.engine.jvm.archive_options`), which the session reads
 before Spark starts. A JVM that cannot use the archive starts as it would without it, and says nothing.
+
+Beside each archive a small JSON file names the ``java`` and the jars directory it was built for; a
+build removes the archives whose inputs have since changed or gone (a reinstalled pyspark, a deleted
+virtualenv), which would otherwise stay in the cache at 160-180 MB each.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +37,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_path, cache_dir, record_options
+from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_inputs, archive_path, cache_dir, record_options
+from airflow_conduit.files import write_atomic
 
 _SAMPLE_LINES = 2_000
 BUILD_TIMEOUT = 600.0
@@ -43,8 +49,6 @@ def _record_classes(target: Path) -> None:
     """In a child process: run a small file -> json.decode -> field.set -> file pipeline in a new JVM
     that writes the archive (the classes it loaded; on Java 25+ also their profiles) to ``target`` when
     it exits."""
-    import json
-
     from airflow_conduit.config import load_pipeline_text
     from airflow_conduit.engine.job import RunOptions
     from airflow_conduit.engine.runner import run_pipeline
@@ -89,8 +93,9 @@ pipelines:
 
 def build() -> Path:
     """Build the archive for this JVM and these Spark jars into the cache; returns its path."""
-    path = archive_path()
-    if path is None:
+    inputs = archive_inputs()
+    path = archive_path(inputs)
+    if inputs is None or path is None:
         raise SystemExit("no java (JAVA_HOME or PATH) or no pyspark jars: nothing to build an archive for")
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
@@ -110,7 +115,44 @@ def build() -> Path:
     if not partial.is_file():
         raise SystemExit(f"the JVM wrote no archive to {partial}")
     os.replace(partial, path)  # a run starting meanwhile maps the old file or none, never half of one
+    java, jars = inputs
+    write_atomic(_inputs_record(path), json.dumps({"java": str(java), "jars": str(jars)}) + "\n")
     return path
+
+
+def _inputs_record(archive: Path) -> Path:
+    """The file beside an archive that names the JVM and the jars it was built for."""
+    return archive.with_suffix(".json")
+
+
+def _is_stale(archive: Path) -> bool:
+    """Whether ``archive``'s JVM or jars are gone or changed since it was built (its name would differ
+    now); an archive without a record of its inputs (built before they were recorded) is kept."""
+    try:
+        recorded = json.loads(_inputs_record(archive).read_text())
+        java, jars = Path(recorded["java"]), Path(recorded["jars"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if not java.is_file() or not jars.is_dir():
+        return True
+    try:
+        return archive_path((java, jars)) != archive
+    except OSError:  # a jar removed while we looked
+        return True
+
+
+def prune_stale_archives(keep: Path | None = None) -> list[Path]:
+    """Remove the cached archives whose JVM or Spark jars were upgraded or removed since they were built
+    (each reinstall of pyspark, each deleted virtualenv, left 160-180 MB behind); returns the removed.
+    Archives of other JVMs or other virtualenvs that are still there stay."""
+    removed = []
+    for archive in sorted(cache_dir().glob("spark-driver-*")):
+        if archive.suffix not in (".jsa", ".aot") or archive == keep or not _is_stale(archive):
+            continue
+        archive.unlink(missing_ok=True)
+        _inputs_record(archive).unlink(missing_ok=True)
+        removed.append(archive)
+    return removed
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,7 +171,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.record:
         _record_classes(Path(args.record))
         return
-    print(f"class archive written: {build()}")
+    path = build()
+    print(f"class archive written: {path}")
+    for stale in prune_stale_archives(keep=path):
+        print(f"removed a stale class archive (its Java or Spark jars changed or are gone): {stale}")
 
 
 if __name__ == "__main__":

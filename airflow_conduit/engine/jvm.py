@@ -105,12 +105,21 @@ def uses_aot_cache(version: tuple[int, int, int] | None) -> bool:
     return version is not None and version[0] >= 25
 
 
-def archive_path() -> Path | None:
-    """Where the archive for this JVM and these Spark jars lives (whether built or not); ``None`` when
-    either cannot be found. ``.aot`` for an AOT cache, ``.jsa`` for a CDS archive."""
+def archive_inputs() -> tuple[Path, Path] | None:
+    """The ``java`` and the Spark jars directory an archive is built for here; ``None`` when either
+    cannot be found."""
     java, jars = _java(), _spark_jars()
-    if java is None or jars is None:
+    return None if java is None or jars is None else (java, jars)
+
+
+def archive_path(inputs: tuple[Path, Path] | None = None) -> Path | None:
+    """Where the archive for a JVM and its Spark jars (default: :func:`archive_inputs`) lives, whether
+    built or not; ``None`` when either cannot be found. ``.aot`` for an AOT cache, ``.jsa`` for a CDS
+    archive."""
+    inputs = inputs or archive_inputs()
+    if inputs is None:
         return None
+    java, jars = inputs
     digest = hashlib.sha256()
     for part in [java, *sorted(jars.glob("*.jar"))]:
         stat = part.stat()

@@ -4,7 +4,9 @@ a CDS archive for this machine's default Java, an AOT cache for each Java 25+ in
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from airflow_conduit.engine import jvm
+from airflow_conduit.engine import class_archive, jvm
 from airflow_conduit.engine.session import driver_java_options
 
 
@@ -186,3 +188,42 @@ def test_this_machines_java_takes_the_driver_options_and_trims_its_heap() -> Non
     assert flags.returncode == 0, flags.stderr[-2000:]
     interval = next(line for line in flags.stdout.splitlines() if " TrimNativeHeapInterval " in line)
     assert interval.split("=")[1].split()[0] == "1000"
+
+
+def test_a_build_removes_the_archives_whose_java_or_jars_changed_or_are_gone(
+    fake_install: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each reinstall of pyspark (new jar times) or deleted virtualenv used to leave its archive behind."""
+    cache = fake_install / "cache" / "airflow-conduit"
+    cache.mkdir(parents=True)
+
+    def built_for(java: Path, jars: Path) -> Path:
+        archive = jvm.archive_path((java, jars))
+        assert archive is not None
+        archive.write_bytes(b"archive")
+        class_archive._inputs_record(archive).write_text(json.dumps({"java": str(java), "jars": str(jars)}))
+        return archive
+
+    java = fake_install / "jdk" / "bin" / "java"
+    current = built_for(java, fake_install / "jars")
+    other_venv = fake_install / "other" / "jars"
+    other_venv.mkdir(parents=True)
+    (other_venv / "spark-core.jar").write_bytes(b"1")
+    kept_other = built_for(java, other_venv)
+    deleted_venv = fake_install / "deleted" / "jars"
+    deleted_venv.mkdir(parents=True)
+    (deleted_venv / "spark-core.jar").write_bytes(b"1")
+    gone = built_for(java, deleted_venv)
+    shutil.rmtree(deleted_venv.parent)
+    unrecorded = cache / "spark-driver-0123456789abcdef.jsa"  # built before inputs were recorded
+    unrecorded.write_bytes(b"archive")
+    (fake_install / "jars" / "spark-core.jar").write_bytes(b"22")  # pyspark reinstalled or upgraded
+    upgraded = jvm.archive_path()
+    assert upgraded is not None and upgraded != current
+
+    removed = class_archive.prune_stale_archives(keep=upgraded)
+
+    assert sorted(removed) == sorted([current, gone])
+    assert sorted(path.name for path in cache.iterdir()) == sorted(
+        [kept_other.name, class_archive._inputs_record(kept_other).name, unrecorded.name]
+    )
