@@ -37,7 +37,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_inputs, archive_path, cache_dir, record_options
+from airflow_conduit.engine.jvm import ARCHIVE_ENV, archive_file, archive_inputs, cache_dir, record_options
 from airflow_conduit.files import write_atomic
 
 _SAMPLE_LINES = 2_000
@@ -94,9 +94,10 @@ pipelines:
 def build() -> Path:
     """Build the archive for this JVM and these Spark jars into the cache; returns its path."""
     inputs = archive_inputs()
-    path = archive_path(inputs)
-    if inputs is None or path is None:
+    if inputs is None:
         raise SystemExit("no java (JAVA_HOME or PATH) or no pyspark jars: nothing to build an archive for")
+    java, jars = inputs
+    path = archive_file(java, jars)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     env = {**os.environ, ARCHIVE_ENV: "off"}
@@ -115,7 +116,6 @@ def build() -> Path:
     if not partial.is_file():
         raise SystemExit(f"the JVM wrote no archive to {partial}")
     os.replace(partial, path)  # a run starting meanwhile maps the old file or none, never half of one
-    java, jars = inputs
     write_atomic(_inputs_record(path), json.dumps({"java": str(java), "jars": str(jars)}) + "\n")
     return path
 
@@ -136,7 +136,7 @@ def _is_stale(archive: Path) -> bool:
     if not java.is_file() or not jars.is_dir():
         return True
     try:
-        return archive_path((java, jars)) != archive
+        return archive_file(java, jars) != archive
     except OSError:  # a jar removed while we looked
         return True
 

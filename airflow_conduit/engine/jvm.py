@@ -2,8 +2,8 @@
 
 Here: the driver's GC settings, the Spark settings of every session the engine runs in, and where the
 class-data archive lives and the options that map it (:mod:`.class_archive` builds it); and
-:func:`private_field`, how the engine reads the Spark internals it tunes (:mod:`.planners`,
-:mod:`.cleanup_pools`) through py4j.
+:func:`private_field` and :func:`scala_object`, how the engine reads the Spark internals it tunes
+(:mod:`.planners`, :mod:`.cleanup_pools`, :mod:`.session`) through py4j.
 
 The GC settings (``DRIVER_GC_OPTIONS``), each measured on 1M and 10M records through
 ``benchmarks/peers.py`` (peak PSS of the process tree, 2 cores, 24 GB of memory):
@@ -112,14 +112,16 @@ def archive_inputs() -> tuple[Path, Path] | None:
     return None if java is None or jars is None else (java, jars)
 
 
-def archive_path(inputs: tuple[Path, Path] | None = None) -> Path | None:
-    """Where the archive for a JVM and its Spark jars (default: :func:`archive_inputs`) lives, whether
-    built or not; ``None`` when either cannot be found. ``.aot`` for an AOT cache, ``.jsa`` for a CDS
-    archive."""
-    inputs = inputs or archive_inputs()
-    if inputs is None:
-        return None
-    java, jars = inputs
+def archive_path() -> Path | None:
+    """Where the archive for this machine's JVM and Spark jars (:func:`archive_inputs`) lives, whether
+    built or not; ``None`` when either cannot be found."""
+    inputs = archive_inputs()
+    return None if inputs is None else archive_file(*inputs)
+
+
+def archive_file(java: Path, jars: Path) -> Path:
+    """Where the archive for ``java`` and the Spark jars in ``jars`` lives, named after a digest of
+    both. ``.aot`` for an AOT cache, ``.jsa`` for a CDS archive."""
     digest = hashlib.sha256()
     for part in [java, *sorted(jars.glob("*.jar"))]:
         stat = part.stat()
@@ -203,3 +205,8 @@ def private_field(java_object: Any, name: str) -> Any:
     field = java_object.getClass().getDeclaredField(name)
     field.setAccessible(True)
     return field.get(java_object)
+
+
+def scala_object(package: Any, name: str) -> Any:
+    """The Scala ``object`` ``name`` of a py4j ``package`` view (its class ``name$``, field ``MODULE$``)."""
+    return getattr(getattr(package, f"{name}$"), "MODULE$")

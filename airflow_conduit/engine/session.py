@@ -11,7 +11,7 @@ from py4j.protocol import Py4JError
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.cleanup_pools import cap_cleanup_pools
-from airflow_conduit.engine.jvm import ENGINE_CONFS, local_driver_options
+from airflow_conduit.engine.jvm import ENGINE_CONFS, local_driver_options, scala_object
 from airflow_conduit.engine.python_startup import with_worker_site
 
 DEFAULT_MASTER = "local[*]"
@@ -72,19 +72,14 @@ def skip_data_source_lookup(spark: SparkSession) -> bool:
     """
     try:
         jvm: Any = spark._jvm
-        manager = _scala_object(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager")
+        manager = scala_object(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager")
         if manager.dataSourceBuilders().isDefined():
             return False
-        empty = _scala_object(jvm.scala.collection.immutable, "Map").empty()
+        empty = scala_object(jvm.scala.collection.immutable, "Map").empty()
         getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(empty))
     except Py4JError:
         return False
     return True
-
-
-def _scala_object(package: Any, name: str) -> Any:
-    """The Scala ``object`` ``name`` of a py4j ``package`` view (its class ``name$``, field ``MODULE$``)."""
-    return getattr(getattr(package, f"{name}$"), "MODULE$")
 
 
 def driver_java_options(*, class_archive: bool = True) -> str:

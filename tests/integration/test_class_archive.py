@@ -198,8 +198,7 @@ def test_a_build_removes_the_archives_whose_java_or_jars_changed_or_are_gone(
     cache.mkdir(parents=True)
 
     def built_for(java: Path, jars: Path) -> Path:
-        archive = jvm.archive_path((java, jars))
-        assert archive is not None
+        archive = jvm.archive_file(java, jars)
         archive.write_bytes(b"archive")
         class_archive._inputs_record(archive).write_text(json.dumps({"java": str(java), "jars": str(jars)}))
         return archive
