@@ -70,9 +70,11 @@ def test_sigkill_inside_batches_acks_nothing_early_and_loses_nothing(
     pipeline = tmp_path / "kill.yaml"
     out, state, log = tmp_path / "out", tmp_path / "state", tmp_path / "runs.log"
     # An explicit ack needs the message's own handle: what a killed run pulled stays pending until the
-    # server redelivers it after ackWait (60 s by default, longer than the final run): 10 s lets the final
-    # run get and ack those. Under 'all' the first ack past them covers them.
-    wait = ", ackWait: 10s" if ack_policy == "explicit" else ""
+    # server redelivers it after ackWait (60 s by default): with 10 s, and the final run started once
+    # that passed after the last kill, the final run gets and acks those. Under 'all' the first ack past
+    # them covers them.
+    ack_wait = 10.0 if ack_policy == "explicit" else 0.0
+    wait = f", ackWait: {ack_wait:.0f}s" if ack_wait else ""
     pipeline.write_text(f"""
 version: "2.2"
 pipelines:
@@ -119,6 +121,7 @@ pipelines:
         assert consumer.ack_floor.stream_seq <= committed, (consumer.ack_floor, committed)
     assert kills >= 3, f"only {kills} runs were killed inside a batch: {log.read_text()[-3000:]}"
 
+    time.sleep(ack_wait + 0.5)  # the killed runs' pending messages are due for redelivery
     final = subprocess.run(run, capture_output=True, text=True, timeout=900)
     assert final.returncode == 0, final.stderr[-3000:]
     delivered = [json.loads(text(r["payload"]["after"]) or "")["n"] for r in read_jsonl(out)]

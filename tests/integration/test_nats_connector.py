@@ -94,6 +94,44 @@ def test_the_source_delivers_in_stream_order_and_acks_only_committed_batches(
     assert nats_server.consumer_info("ORDERS", "conduit-ns_in").ack_floor.stream_seq == 65
 
 
+def test_committed_messages_a_crashed_run_left_pending_are_acked_once_redelivered(
+    run_yaml, tmp_path, nats_server: NatsServer
+):
+    """A run killed after its batch committed but before it acked leaves the messages pending on the
+    durable consumer: the next run acks each when the server redelivers it, even with nothing new to read
+    (an explicit ack needs the message's own delivery)."""
+    from nats.js.api import AckPolicy, ConsumerConfig
+
+    nats_server.add_stream("ORDERS", ["orders"])
+    nats_server.publish("orders", _bodies(20))
+    assert run_yaml(SOURCE_PIPELINE % {"url": nats_server.url, "ack": "explicit"})["exit_code"] == 0
+
+    async def crashed_run_pulls(js) -> int:  # another durable holds all 20 unacked: what a killed run leaves
+        await js.add_consumer(
+            "ORDERS",
+            ConsumerConfig(
+                durable_name="killed",
+                filter_subject="orders",
+                ack_policy=AckPolicy.EXPLICIT,
+                ack_wait=1.0,
+                headers_only=True,
+            ),
+        )
+        pull = await js.pull_subscribe_bind("killed", stream="ORDERS")
+        return len(await pull.fetch(20, timeout=5))
+
+    assert nats_server.call(crashed_run_pulls) == 20
+    time.sleep(1.5)  # past ackWait: the server redelivers them to the next pull
+    pipeline = SOURCE_PIPELINE.replace("maxRecordsPerBatch: 20", "maxRecordsPerBatch: 20, durable: killed")
+    payload = run_yaml(
+        pipeline % {"url": nats_server.url, "ack": "explicit"}
+    )  # same checkpoint: all committed
+    assert payload["exit_code"] == 0, payload
+    assert len(read_jsonl(tmp_path / "out")) == 20  # nothing read again
+    consumer = nats_server.consumer_info("ORDERS", "killed")
+    assert (consumer.num_ack_pending, consumer.ack_floor.stream_seq) == (0, 20)
+
+
 def test_an_unknown_stream_is_fatal_and_names_what_to_fix(run_yaml, nats_server: NatsServer):
     url = nats_server.url.replace("nats://", "nats://alice:Pw-s3cret@")
     payload = run_yaml(SOURCE_PIPELINE % {"url": url, "ack": "all"})

@@ -15,7 +15,8 @@ Where things happen:
   leaves the batch's messages pending, and the next run reads them by range (the durable's delivered
   sequence marks how far earlier runs pulled) and acks them with its first commit past them; with
   ``ackPolicy: explicit`` an ack needs the message's own delivery, so those pulled by a crashed run are
-  acked once the server redelivers them (after ``ackWait``), not before.
+  acked once the server redelivers them (after ``ackWait``), not before: by the first pull after that,
+  or a short fetch for them alone when there is nothing new to pull.
 
 A record's position is its stream sequence (decimal text); its metadata ``opencdc.createdAt`` (the
 message's time, as Conduit's connector sets it); its payload the message data, raw.
@@ -65,6 +66,7 @@ MIN_PIECE = 2_000
 """Fewest stream sequences worth a partition of their own."""
 RANGE_FETCH = 5_000
 IDLE_WAIT = 0.5
+ORPHAN_WAIT = 0.05  # a fetch for redeliveries only: those due are sent at once
 """Seconds a pull waits for new messages when none are there (a long poll, once per trigger)."""
 _DURABLE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CODE = Code.SOURCE_FAILED
@@ -137,6 +139,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._held: dict[int, Any] = {}  # stream sequence -> delivered, unacked message (its ack handle)
         self._start = 0  # the durable consumer's ack floor when it was opened
         self._frontier = 0  # the highest stream sequence the durable consumer delivered
+        self._orphans = 0  # delivered to an earlier run (or connection), never acked: due back after ackWait
         self._target: int | None = None  # AvailableNow: the stream's last sequence when the run began
 
     # The reader is pickled to the executors: none of the driver's connection goes with it.
@@ -216,6 +219,7 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ack_all, self._ack_none = policy == "all", policy == "none"
         self._frontier = max(self._frontier, int(info.delivered.stream_seq or 0))
         self._start = int(info.ack_floor.stream_seq or 0)
+        self._orphans = 0 if self._ack_none else int(info.num_ack_pending or 0)
         self._pull = await js.pull_subscribe_bind(config.durable, stream=config.stream)
         return self._pull
 
@@ -239,37 +243,51 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         first = int(start["seq"])
         # Spark asks for the next batch only once the batch ending at ``start`` committed, but calls
-        # ``commit`` for a batch only when it starts the next one: the last batch of a run is acked here.
-        self._ack_up_to(first)
-        if stop_requested(self.stop_file):
-            return start
+        # ``commit`` for a batch only when it starts the next one: the last batch of a run is acked here,
+        # after the pull, with any redelivery of a message at or below ``start`` (see ``_pull_up_to``).
+        stopping = stop_requested(self.stop_file)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.config.max_records
-        ceiling = first + budget if self._target is None else min(first + budget, self._target)
-        self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
+        ceiling = first if stopping else first + budget
+        if self._target is not None:
+            ceiling = min(ceiling, self._target)
+        if not stopping:
+            self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
+        self._ack_up_to(first)
         return {"seq": max(first, min(self._frontier, ceiling))}
 
     async def _pull_up_to(self, ceiling: int) -> None:
         """Pull from the durable consumer until it delivered up to ``ceiling`` or has nothing more."""
-        import nats.errors as nerr
-
         pull = await self._ensure()
+        # Messages an earlier run pulled but never acked come back after ackWait, ahead of new ones: a
+        # pull collects those due on its way, and with nothing new to pull one short fetch still does,
+        # so a committed message is not left pending for some later run to ack.
+        if self._frontier >= ceiling and self._orphans > 0:
+            await self._fetch(pull, min(self.config.pull_size, self._orphans), ORPHAN_WAIT)
         while self._frontier < ceiling:
             ask = min(self.config.pull_size, ceiling - self._frontier)
-            try:
-                messages = await pull.fetch(ask, timeout=IDLE_WAIT)
-            except nerr.TimeoutError:
-                if not self._client.is_connected:
-                    raise TransientError(
-                        f"nats source: lost the connection to NATS at {self.config.shown}", code=_CODE
-                    ) from None
+            if await self._fetch(pull, ask, IDLE_WAIT) < ask:
                 return
-            for message in messages:
-                seq = _reply_fields(message.reply)[0]
-                self._frontier = max(self._frontier, seq)
-                if not self._ack_none:
-                    self._held[seq] = message  # a redelivery replaces the older handle
-            if len(messages) < ask:
-                return
+
+    async def _fetch(self, pull: Any, ask: int, wait: float) -> int:
+        """Up to ``ask`` messages from the durable consumer, held for their acks; how many came."""
+        import nats.errors as nerr
+
+        try:
+            messages = await pull.fetch(ask, timeout=wait)
+        except nerr.TimeoutError:
+            if not self._client.is_connected:
+                raise TransientError(
+                    f"nats source: lost the connection to NATS at {self.config.shown}", code=_CODE
+                ) from None
+            return 0
+        for message in messages:
+            seq = _reply_fields(message.reply)[0]
+            if seq <= self._frontier and seq not in self._held:
+                self._orphans = max(0, self._orphans - 1)
+            self._frontier = max(self._frontier, seq)
+            if not self._ack_none:
+                self._held[seq] = message  # a redelivery replaces the older handle
+        return len(messages)
 
     def commit(self, end: dict) -> None:
         """Spark calls this once the batch ending at ``end`` is committed (every destination and the
