@@ -66,8 +66,9 @@ MIN_PIECE = 2_000
 """Fewest stream sequences worth a partition of their own."""
 RANGE_FETCH = 5_000
 IDLE_WAIT = 0.5
-ORPHAN_WAIT = 0.05  # a fetch for redeliveries only: those due are sent at once
 """Seconds a pull waits for new messages when none are there (a long poll, once per trigger)."""
+ORPHAN_WAIT = 0.05
+"""Seconds a fetch for an earlier run's unacked messages alone waits: those due come at once."""
 _DURABLE_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CODE = Code.SOURCE_FAILED
 
@@ -243,16 +244,14 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         first = int(start["seq"])
         # Spark asks for the next batch only once the batch ending at ``start`` committed, but calls
-        # ``commit`` for a batch only when it starts the next one: the last batch of a run is acked here,
-        # after the pull, with any redelivery of a message at or below ``start`` (see ``_pull_up_to``).
-        stopping = stop_requested(self.stop_file)
-        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.config.max_records
-        ceiling = first if stopping else first + budget
-        if self._target is not None:
-            ceiling = min(ceiling, self._target)
-        if not stopping:
-            self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
+        # ``commit`` for a batch only when it starts the next one: the last batch of a run is acked here.
         self._ack_up_to(first)
+        if stop_requested(self.stop_file):
+            return start
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.config.max_records
+        ceiling = first + budget if self._target is None else min(first + budget, self._target)
+        self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
+        self._ack_up_to(first)  # what the pull brought back of messages already committed (an earlier run's)
         return {"seq": max(first, min(self._frontier, ceiling))}
 
     async def _pull_up_to(self, ceiling: int) -> None:
