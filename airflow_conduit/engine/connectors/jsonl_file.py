@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.engine.connectors.record_format import record_lines
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
 
@@ -165,5 +164,8 @@ def stage_append(
     for stale in target.parent.glob(f".{target.name}._tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)  # a former attempt's, which never published
     staging = target.parent / f".{target.name}._tmp-{delivery.generation}-{delivery.batch_id:012d}"
+    # Here, not at the top: a source's Python processes import this module and never write (30 ms).
+    from airflow_conduit.engine.connectors.record_format import record_lines
+
     record_lines(records, record_format).write.text(str(staging))
     return AppendedFile(staging, target, delivery)

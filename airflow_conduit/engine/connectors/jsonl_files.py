@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 
 from airflow_conduit.engine.connectors._stream import Delivery
-from airflow_conduit.engine.connectors.record_format import record_lines
 from airflow_conduit.errors import FatalError
 from airflow_conduit.files import write_atomic
 from airflow_conduit.state import path_segment
@@ -109,6 +108,9 @@ def stage_jsonl(
     prefix = f"{delivery.generation}-{delivery.batch_id:012d}"
     staging, commit_dir = directory / f"_tmp-{prefix}", directory / f"_commit-{prefix}"
     shutil.rmtree(staging, ignore_errors=True)
+    # Imported here for the same reason as in jsonl_file: the source's processes never write.
+    from airflow_conduit.engine.connectors.record_format import record_lines
+
     record_lines(records, record_format).write.text(str(staging))
     parts = sorted(p.name for p in staging.iterdir() if p.name.startswith("part-"))
     files = [(part, f"{prefix}-{int(part.split('-')[1]):05d}.jsonl") for part in parts]
