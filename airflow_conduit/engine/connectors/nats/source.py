@@ -220,7 +220,9 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ack_all, self._ack_none = policy == "all", policy == "none"
         self._frontier = max(self._frontier, int(info.delivered.stream_seq or 0))
         self._start = int(info.ack_floor.stream_seq or 0)
-        self._orphans = 0 if self._ack_none else int(info.num_ack_pending or 0)
+        # Only an explicit ack needs each message's own delivery; under ``all`` the next ack covers them,
+        # and acking a redelivery (a newer delivery) would also ack newer, uncommitted ones.
+        self._orphans = int(info.num_ack_pending or 0) if policy == "explicit" else 0
         self._pull = await js.pull_subscribe_bind(config.durable, stream=config.stream)
         return self._pull
 
@@ -251,7 +253,8 @@ class NatsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else self.config.max_records
         ceiling = first + budget if self._target is None else min(first + budget, self._target)
         self._run(self._pull_up_to(ceiling), "cannot pull from the durable consumer")
-        self._ack_up_to(first)  # what the pull brought back of messages already committed (an earlier run's)
+        if not self._ack_all:  # under ``all`` see ``_ensure``
+            self._ack_up_to(first)  # what the pull brought back of committed messages (an earlier run's)
         return {"seq": max(first, min(self._frontier, ceiling))}
 
     async def _pull_up_to(self, ceiling: int) -> None:
