@@ -155,9 +155,8 @@ def variant_floor(spark, source: Path, target: Path) -> float:
     from pyspark.sql import functions as F
 
     from airflow_conduit.engine.processors._expr import set_path
-    from airflow_conduit.record import opencdc_json_steps
+    from airflow_conduit.record import opencdc_json_sql
 
-    first, second = opencdc_json_steps()
     started = time.perf_counter()
     records = spark.read.text(str(source)).selectExpr(
         f"cast(concat('{source.name}:', monotonically_increasing_id()) as binary) AS position",
@@ -173,7 +172,7 @@ def variant_floor(spark, source: Path, target: Path) -> float:
         "CAST(NULL AS BINARY) AS after_raw",
     )
     records = records.withColumn("after", F.expr(set_path("after", ("env",), "cast('prod' as variant)")))
-    records.selectExpr(*first).selectExpr(f"{second} AS value").write.mode("overwrite").text(str(target))
+    records.selectExpr(f"{opencdc_json_sql()} AS value").write.mode("overwrite").text(str(target))
     return time.perf_counter() - started
 
 

@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from airflow_conduit.engine.cleanup_pools import cap_cleanup_pools
 from airflow_conduit.engine.jvm import ENGINE_CONFS, local_driver_options, scala_object
 from airflow_conduit.engine.python_startup import with_worker_site
+from airflow_conduit.engine.sql_functions import register_functions
 
 DEFAULT_MASTER = "local[*]"
 
@@ -59,6 +60,7 @@ def get_session(
     spark.sparkContext.setLogLevel(os.environ.get("CONDUIT_SPARK_LOG_LEVEL", "ERROR"))
     cap_cleanup_pools(spark)
     skip_data_source_lookup(spark)
+    register_functions(spark)
     return spark
 
 

@@ -381,13 +381,27 @@ pipelines:
         assert int(metadata["opencdc.readAt"]) > 0
 
 
-def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
-    """The envelope serialises objects through maps for speed: the text must be exactly what Spark's
-    own ``to_json`` of the whole OpenCDC struct gives, for every mix of objects, other JSON values,
-    raw data and nulls."""
-    from airflow_conduit.record import RECORD_COLUMNS, opencdc_json_steps, opencdc_struct_sql
+# Every character Jackson escapes (the control characters, quote, backslash) and some it does not.
+ESCAPED_TEXT = "".join(map(chr, range(0x20))) + '"\\/ \x7f é \u2028 \U0001f600'
 
-    values = ['{"b": 1, "a": {"x": [1, null, "s"]}}', "[1, 2]", '"text"', "3.50", "null", "{}", None]
+
+def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
+    """The envelope appends each data field's JSON from the engine's own function: the text must be
+    exactly what Spark's own ``to_json`` of the whole OpenCDC struct gives, for every mix of objects,
+    other JSON values, raw data and nulls."""
+    from airflow_conduit.record import opencdc_json_sql, opencdc_struct_sql
+
+    text_value = json.dumps({ESCAPED_TEXT: [ESCAPED_TEXT]})
+    values = [
+        '{"b": 1, "a": {"x": [1, null, "s"]}}',
+        "[1, 2]",
+        '"text"',
+        "3.50",
+        "null",
+        "{}",
+        text_value,
+        None,
+    ]
     rows = [
         (key, before, after, raw)
         for key in values[::2]
@@ -406,16 +420,64 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         "CASE WHEN raw IS NULL THEN parse_json(after) END AS after",
         "CASE WHEN raw IS NOT NULL THEN raw END AS after_raw",
     )
-    first, second = opencdc_json_steps()
-    fast = frame.selectExpr(*first).selectExpr(f"{second} AS fast", *RECORD_COLUMNS)
-    checked = fast.selectExpr(
-        "fast", f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain"
+    checked = frame.selectExpr(
+        f"{opencdc_json_sql()} AS fast",
+        f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain",
     ).collect()
     assert len(checked) == len(rows) > 100
     assert [r.fast for r in checked] == [r.plain for r in checked]
     sample = json.loads(checked[0].fast)
     assert sample["key"] == {"a": {"x": [1, None, "s"]}, "b": 1}
     assert set(sample) == {"position", "operation", "metadata", "key", "payload"}
+    escapes = {"\\u0001", "\\n", '\\"', "\\\\", "\u2028"}
+    assert any(all(e in r.fast for e in escapes) for r in checked)
+
+
+def test_the_engines_variant_json_is_to_json_for_every_variant_type(spark):
+    """``conduit_variant_json`` writes strings and keys itself and leaves other scalars to Spark: each
+    kind of value, alone and nested, gives ``to_json``'s text (timestamps in the session's zone)."""
+    from airflow_conduit.record import variant_json_sql
+
+    scalars = [
+        "1",
+        "-9223372036854775808",
+        "2.5",
+        "1e300",
+        "-0.0",
+        "12345678901234567890.123",
+        "true",
+        "false",
+        "null",
+        '""',
+        json.dumps(ESCAPED_TEXT),
+        json.dumps({ESCAPED_TEXT: ESCAPED_TEXT, "": []}),
+    ]
+    casts = [
+        "cast(cast('NaN' AS double) AS variant)",
+        "cast(cast(1.25 AS float) AS variant)",
+        "cast(cast(-3.10 AS decimal(5, 2)) AS variant)",
+        "cast(date'2024-02-29' AS variant)",
+        "cast(timestamp'2024-02-29 23:59:58.123456' AS variant)",
+        "cast(timestamp_ntz'2024-02-29 23:59:58.5' AS variant)",
+        "cast(X'00ff10' AS variant)",
+        "cast(cast(7 AS tinyint) AS variant)",
+    ]
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        parsed = spark.createDataFrame([(v,) for v in scalars], "j string").selectExpr("parse_json(j) AS v")
+        cast = spark.range(1).selectExpr(f"explode(array({', '.join(casts)})) AS v")
+        values = parsed.unionAll(cast)
+        nested = values.selectExpr("to_variant_object(named_struct('k', v, 'a', array(v, v))) AS v")
+        rows = (
+            values.unionAll(nested)
+            .selectExpr(f"{variant_json_sql('v')} AS fast", "to_json(v) AS plain")
+            .collect()
+        )
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+    assert len(rows) == 2 * (len(scalars) + len(casts))
+    assert [r.fast for r in rows] == [r.plain for r in rows]
+    assert '"2024-02-29 23:59:58.123456-08:00"' in {r.fast for r in rows}
 
 
 def test_file_destination_long_raw_values_are_unbroken_base64(run_yaml, tmp_path):

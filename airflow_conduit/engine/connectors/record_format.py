@@ -1,7 +1,7 @@
 """Each record as one line of text in a destination's ``sdk.record.format`` (the connector SDK's
 ``record_serializer.go``): what the file destination writes and the log destination prints.
 
-``opencdc/json`` stays in the JVM (:func:`airflow_conduit.record.opencdc_json_steps`). ``debezium/json``
+``opencdc/json`` stays in the JVM (:func:`airflow_conduit.record.opencdc_json_sql`). ``debezium/json``
 and ``template`` run per record in Python on the executors, through Arrow (``mapInArrow`` keeps each
 partition's rows in order, so the destination's ordering and exactly-once are unchanged: only each
 line's text differs).
@@ -33,7 +33,7 @@ from airflow_conduit.engine.arrow_arrays import string_array
 from airflow_conduit.gotemplate import Template, TemplateExecError
 from airflow_conduit.gotemplate.gojson import Fields, go_json
 from airflow_conduit.gotemplate.opencdc import from_record_dict
-from airflow_conduit.record import opencdc_json_steps, record_text_sql
+from airflow_conduit.record import opencdc_json_sql, record_text_sql
 
 if TYPE_CHECKING:  # the file source's workers import this module: it stays light (no pydantic)
     from airflow_conduit.config.settings.record_format import RecordFormat
@@ -48,8 +48,7 @@ _INT64 = 1 << 63
 def record_lines(records: DataFrame, record_format: RecordFormat | None = None) -> DataFrame:
     """One ``value`` string per record, in the records' partitions and order."""
     if record_format is None or record_format.is_default:
-        first, second = opencdc_json_steps()
-        return records.selectExpr(*first).selectExpr(f"{second} AS value")
+        return records.selectExpr(f"{opencdc_json_sql()} AS value")
     return records.selectExpr(*record_text_sql()).mapInArrow(_mapper(record_format), "value string")
 
 

@@ -1,0 +1,92 @@
+"""The engine's own SQL functions: Java in ``java/``, compiled in the driver by Spark's own Janino.
+
+``conduit_variant_json(VARIANT)`` (:data:`~airflow_conduit.record.VARIANT_JSON_FUNCTION`) gives the same
+text as ``to_json`` of a ``VARIANT`` (``tests/integration/test_connectors.py`` compares them), without
+the new Jackson ``JsonFactory`` Spark 4.2 builds for every string it escapes. Measured on 1M records
+(Spark's text reader, ``json.decode``, ``field.set`` and the OpenCDC envelope as one batch job, 4
+alternating rounds, identical output): 3.66 s with ``to_json`` against 2.94 s with the function.
+
+Janino comes with Spark (it compiles Spark's generated code), so a JRE is enough: the first session on
+a machine compiles the source into a jar in the cache directory, named by a digest of the source and the
+Spark version; every session adds the jar to its context (a cluster's executors fetch it from the
+driver) and registers the functions. The driver loads the classes from the jar itself: a jar added to a
+running context reaches the executors' class loaders, not the driver's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from airflow_conduit.engine.jvm import cache_dir
+from airflow_conduit.record import VARIANT_JSON_FUNCTION
+
+logger = logging.getLogger("airflow_conduit.engine")
+
+SOURCE = Path(__file__).with_name("java") / "VariantJson.java"
+FUNCTIONS = {VARIANT_JSON_FUNCTION: "org.airflowconduit.VariantJson"}
+"""Each SQL function's name and the class (a one-argument ``UDF1`` returning a string) that computes it."""
+
+
+def functions_jar(spark: SparkSession) -> Path:
+    """The compiled functions for this Spark version: built once per machine, then reused."""
+    source = SOURCE.read_text(encoding="utf-8")
+    digest = hashlib.sha256(f"{spark.version}\n{source}".encode()).hexdigest()[:16]
+    jar = cache_dir() / f"conduit-functions-{digest}.jar"
+    if not jar.exists():
+        started = time.perf_counter()
+        _write_jar(jar, _compile(spark, source))
+        logger.debug(
+            "compiled the engine's SQL functions into %s in %.2f s", jar, time.perf_counter() - started
+        )
+    return jar
+
+
+def _compile(spark: SparkSession, source: str) -> dict[str, bytes]:
+    """``{class name: class file}`` of ``source``, compiled by Janino in the driver's JVM."""
+    jvm: Any = spark._jvm
+    compiler = jvm.org.codehaus.janino.SimpleCompiler()
+    compiler.setParentClassLoader(jvm.Thread.currentThread().getContextClassLoader())
+    compiler.cook(SOURCE.name, jvm.java.io.StringReader(source))
+    return {str(name): bytes(code) for name, code in compiler.getBytecodes().items()}
+
+
+def _write_jar(jar: Path, classes: dict[str, bytes]) -> None:
+    """A jar of ``classes``, written under a temporary name and renamed: concurrent first runs on one
+    machine each write their own and the last rename wins, with the same content."""
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{jar.name}.", dir=jar.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh, zipfile.ZipFile(fh, "w") as archive:
+            for name, code in sorted(classes.items()):
+                archive.writestr(name.replace(".", "/") + ".class", code)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, jar)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def register_functions(spark: SparkSession) -> None:
+    """Make the engine's SQL functions callable in ``spark`` (and in the sessions Spark clones from it,
+    such as a streaming query's). Again on the same session: nothing to do."""
+    if spark.catalog.functionExists(VARIANT_JSON_FUNCTION):
+        return
+    jar = functions_jar(spark)
+    jvm: Any = spark._jvm
+    spark.sparkContext._jsc.addJar(str(jar))
+    urls = spark.sparkContext._gateway.new_array(jvm.java.net.URL, 1)
+    urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+    loader = jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
+    string_type = jvm.org.apache.spark.sql.types.DataTypes.StringType
+    for name, class_name in FUNCTIONS.items():
+        function = loader.loadClass(class_name).getDeclaredConstructor(None).newInstance(None)
+        spark._jsparkSession.udf().register(name, function, string_type)
