@@ -26,6 +26,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
+from airflow_conduit.record import variant_json_sql
+
 Root = Literal["position", "operation", "metadata", "key", "before", "after"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -277,7 +279,7 @@ def ref_to_sql(ref: FieldRef) -> str:
     if ref.path:
         # A path into raw data is NULL, as a missing field would be.
         return f"try_variant_get({ref.root}, {sql_string(variant_path(ref.path))}, 'string')"
-    return f"COALESCE(to_json({ref.root}), CAST({ref.root}_raw AS STRING))"
+    return f"COALESCE({variant_json_sql(ref.root)}, CAST({ref.root}_raw AS STRING))"
 
 
 _REF_START = re.compile(r"\.(Position|Operation|Metadata|Key|Payload)(?![A-Za-z0-9_])")

@@ -76,8 +76,8 @@ def test_parse_errors(text: str, fragment: str) -> None:
         (".Metadata.k", "metadata['k']"),
         ('.Metadata["it\'s"]', "metadata['it\\'s']"),
         ('.Metadata["back\\\\slash"]', "metadata['back\\\\slash']"),
-        (".Key", "COALESCE(to_json(key), CAST(key_raw AS STRING))"),
-        (".Payload.Before", "COALESCE(to_json(before), CAST(before_raw AS STRING))"),
+        (".Key", "COALESCE(conduit_variant_json(key), CAST(key_raw AS STRING))"),
+        (".Payload.Before", "COALESCE(conduit_variant_json(before), CAST(before_raw AS STRING))"),
         (".Payload.After.a.b", "try_variant_get(after, '$.a.b', 'string')"),
         ('.Payload.After["a b"]', "try_variant_get(after, '$[\\'a b\\']', 'string')"),
         ('.Key["it\'s"]', "try_variant_get(key, '$[\"it\\'s\"]', 'string')"),
@@ -115,7 +115,7 @@ def test_condition_numeric_cast() -> None:
 
 def test_condition_other_forms() -> None:
     assert condition_to_sql(".Operation IN ('create', 'update')") == "operation IN ('create', 'update')"
-    assert condition_to_sql("(.Key IS NULL)") == "(COALESCE(to_json(key), CAST(key_raw AS STRING)) IS NULL)"
+    assert condition_to_sql("(.Key IS NULL)") == "(COALESCE(conduit_variant_json(key), CAST(key_raw AS STRING)) IS NULL)"
     assert condition_to_sql("NOT .Metadata.x LIKE 'a%'") == "NOT metadata['x'] LIKE 'a%'"
 
 

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_conduit.engine.connectors._stream import Delivery
 from airflow_conduit.engine.processors.custom_python import load_function, record_of
 from airflow_conduit.errors import ConduitError, TransientError
-from airflow_conduit.record import DATA_FIELDS, ORDER_COLUMNS, RECORD_COLUMNS
+from airflow_conduit.record import ORDER_COLUMNS, record_text_sql
 
 if TYPE_CHECKING:
     from airflow_conduit.config.settings import PythonDestinationSettings
@@ -56,12 +55,10 @@ class StagedCall:
 
 
 def stage(records: DataFrame, settings: PythonDestinationSettings, delivery: Delivery) -> StagedCall:
-    as_text = [
-        F.expr(f"to_json({column})").alias(f"{column}_json") if column in DATA_FIELDS else F.col(column)
-        for column in RECORD_COLUMNS
-    ]
     # One partition sorted by (_seq, _piece) is source order; a global orderBy would run a sampling job that
     # evaluates the batch (and the engine's record counts) a second time.
-    ordered = records.repartition(1).sortWithinPartitions(*ORDER_COLUMNS).select(*as_text).persist()
+    ordered = (
+        records.repartition(1).sortWithinPartitions(*ORDER_COLUMNS).selectExpr(*record_text_sql()).persist()
+    )
     ordered.write.format("noop").mode("overwrite").save()  # computed now, while the batch is decided
     return StagedCall(ordered, settings.function, settings.path, delivery)

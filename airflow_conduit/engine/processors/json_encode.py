@@ -8,6 +8,7 @@ from airflow_conduit.config.fieldref import parse_field_ref
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import JsonEncodeSettings
 from airflow_conduit.engine.processors._expr import apply_changes, get_path, set_path, unsupported
+from airflow_conduit.record import variant_json_sql
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[JsonEncodeSettings]) -> DataFrame:
@@ -19,12 +20,12 @@ def apply(records: DataFrame, proc: ProcessorConfig[JsonEncodeSettings]) -> Data
             records,
             proc,
             {
-                f"{ref.root}_raw": f"CASE WHEN {ref.root} IS NULL THEN {ref.root}_raw ELSE cast(to_json({ref.root}) as binary) END",
+                f"{ref.root}_raw": f"CASE WHEN {ref.root} IS NULL THEN {ref.root}_raw ELSE cast({variant_json_sql(ref.root)} as binary) END",
                 ref.root: "NULL",
             },
         )
     value = get_path(ref.root, ref.path)
-    encoded = set_path(ref.root, ref.path, f"cast(to_json({value}) as variant)")
+    encoded = set_path(ref.root, ref.path, f"cast({variant_json_sql(value)} as variant)")
     return apply_changes(
         records, proc, {ref.root: f"CASE WHEN {value} IS NULL THEN {ref.root} ELSE {encoded} END"}
     )

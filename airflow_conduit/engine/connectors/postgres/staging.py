@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 from airflow_conduit.config.fieldref import sql_string as sql_text
 from airflow_conduit.config.fieldref import variant_path
 from airflow_conduit.errors import Code, FatalError
-from airflow_conduit.record import META_COLLECTION
+from airflow_conduit.record import META_COLLECTION, variant_json_sql
 
 if TYPE_CHECKING:
     from airflow_conduit.config.settings import PostgresDestinationSettings
@@ -114,7 +114,7 @@ def staging_frame(
         # Much cheaper than a variant-to-struct cast (a lookup by name per field) or casting each value
         # to a string. j{i} is NULL when the field is missing, 'null' for a JSON null.
         jsons = [
-            f"to_json(try_element_at(fields_map, {sql_text(c)})) AS j{i}"
+            f"{variant_json_sql(f'try_element_at(fields_map, {sql_text(c)})')} AS j{i}"
             for i, c in enumerate(layout.columns)
         ]
         rows = rows.selectExpr("*", *jsons)
@@ -129,7 +129,7 @@ def staging_frame(
     else:
         rows = rows.selectExpr("*", f"{_key_sql(key, layout)} AS key_value")
         extra = [
-            f"CASE WHEN {applied} THEN to_json(after) END AS after",
+            f"CASE WHEN {applied} THEN {variant_json_sql('after')} END AS after",
             f"CASE WHEN {applied} THEN to_json(map_keys(fields_map)) END AS fields",
         ]
     return rows.selectExpr("*", f"{err} AS err").selectExpr(
@@ -149,7 +149,9 @@ def _key_sql(key: str, layout: Layout) -> str:
         return "CAST(NULL AS STRING)"
     sources = {part: f"variant_get({part}, {_field(key)})" for part in ("key", "after", "before")}
     if not layout.typed:
-        return f"to_json(coalesce({', '.join(sources.values())}, cast(cast(key_raw AS STRING) AS VARIANT)))"
+        return variant_json_sql(
+            f"coalesce({', '.join(sources.values())}, cast(cast(key_raw AS STRING) AS VARIANT))"
+        )
     texts = {part: f"try_variant_get({value}, '$', 'string')" for part, value in sources.items()}
     if key in layout.columns:  # the payload's field as text is at hand already, and much cheaper
         texts["after"] = _text_sql(key, layout.columns.index(key), False)
