@@ -36,6 +36,7 @@ from airflow_conduit.config.settings.postgres import PostgresDestinationSettings
 from airflow_conduit.engine.connectors._stream import Delivery  # noqa: E402
 from airflow_conduit.engine.connectors.postgres import destination, staging  # noqa: E402
 from airflow_conduit.engine.session import driver_java_options, ensure_python_workers  # noqa: E402
+from airflow_conduit.engine.sql_functions import register_functions  # noqa: E402
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 TABLE_DDL = "CREATE TABLE {name} (id bigint PRIMARY KEY, name text, amount int, city text, paid boolean, score double precision)"
@@ -45,7 +46,7 @@ def session():
     from pyspark.sql import SparkSession
 
     ensure_python_workers()
-    return (
+    spark = (
         SparkSession.builder.master("local[2]")
         .appName("bench-postgres")
         .config("spark.driver.extraJavaOptions", driver_java_options())  # the JVM the engine runs in
@@ -54,6 +55,8 @@ def session():
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
+    register_functions(spark)  # the staging's SQL calls the engine's own functions
+    return spark
 
 
 def main() -> None:

@@ -15,6 +15,7 @@ from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
 from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
 from airflow_conduit.engine.processors import apply
 from airflow_conduit.engine.session import get_session
+from airflow_conduit.engine.sql_functions import register_functions
 from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
 from airflow_conduit.record import RECORD_SCHEMA
 from airflow_conduit.run_lock import LockHolder, PipelineLocked, RunLock
@@ -127,6 +128,7 @@ def _run_admitted(
     install_signal_handlers: Callable[[Callable[[], None]], None] | None,
 ) -> dict[str, dict[str, Any]]:
     spark = spark or get_session(request.master)
+    register_functions(spark)  # a session the caller built (get_session's have them already)
     runs: list[PipelineRun] = []
     payloads: dict[str, dict[str, Any]] = {}
     for pipeline in pipelines:

@@ -40,13 +40,18 @@ def functions_jar(spark: SparkSession) -> Path:
     """The compiled functions for this Spark version: built once per machine, then reused."""
     source = SOURCE.read_text(encoding="utf-8")
     digest = hashlib.sha256(f"{spark.version}\n{source}".encode()).hexdigest()[:16]
-    jar = cache_dir() / f"conduit-functions-{digest}.jar"
-    if not jar.exists():
-        started = time.perf_counter()
-        _write_jar(jar, _compile(spark, source))
-        logger.debug(
-            "compiled the engine's SQL functions into %s in %.2f s", jar, time.perf_counter() - started
-        )
+    name = f"conduit-functions-{digest}.jar"
+    jar = cache_dir() / name
+    if jar.exists():
+        return jar
+    started = time.perf_counter()
+    classes = _compile(spark, source)
+    try:
+        _write_jar(jar, classes)
+    except OSError:  # no writable cache (a read-only home): this run's own copy
+        jar = Path(tempfile.mkdtemp(prefix="conduit-functions-")) / name
+        _write_jar(jar, classes)
+    logger.debug("compiled the engine's SQL functions into %s in %.2f s", jar, time.perf_counter() - started)
     return jar
 
 
@@ -82,8 +87,9 @@ def register_functions(spark: SparkSession) -> None:
         return
     jar = functions_jar(spark)
     jvm: Any = spark._jvm
-    spark.sparkContext._jsc.addJar(str(jar))
-    urls = spark.sparkContext._gateway.new_array(jvm.java.net.URL, 1)
+    context: Any = spark.sparkContext
+    context._jsc.addJar(str(jar))
+    urls = context._gateway.new_array(jvm.java.net.URL, 1)
     urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
     loader = jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
     string_type = jvm.org.apache.spark.sql.types.DataTypes.StringType

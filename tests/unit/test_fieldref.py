@@ -115,7 +115,10 @@ def test_condition_numeric_cast() -> None:
 
 def test_condition_other_forms() -> None:
     assert condition_to_sql(".Operation IN ('create', 'update')") == "operation IN ('create', 'update')"
-    assert condition_to_sql("(.Key IS NULL)") == "(COALESCE(conduit_variant_json(key), CAST(key_raw AS STRING)) IS NULL)"
+    assert (
+        condition_to_sql("(.Key IS NULL)")
+        == "(COALESCE(conduit_variant_json(key), CAST(key_raw AS STRING)) IS NULL)"
+    )
     assert condition_to_sql("NOT .Metadata.x LIKE 'a%'") == "NOT metadata['x'] LIKE 'a%'"
 
 
