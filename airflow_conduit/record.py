@@ -84,6 +84,8 @@ META_DLQ_NODE = "conduit.dlq.nack.node.id"
 VARIANT_JSON_FUNCTION = "conduit_variant_json"
 """The engine's SQL function for a ``VARIANT`` as JSON text: the same text as ``to_json``, faster
 (:mod:`airflow_conduit.engine.sql_functions`)."""
+VARIANT_SET_FUNCTION = "conduit_variant_set"
+"""The engine's SQL function that sets one field of a ``VARIANT`` object (:mod:`airflow_conduit.engine.sql_functions`)."""
 
 
 def position_text(position: bytes | bytearray | str | None) -> str | None:

@@ -6,6 +6,10 @@ the new Jackson ``JsonFactory`` Spark 4.2 builds for every string it escapes. Me
 (Spark's text reader, ``json.decode``, ``field.set`` and the OpenCDC envelope as one batch job, 4
 alternating rounds, identical output): 3.66 s with ``to_json`` against 2.94 s with the function.
 
+``conduit_variant_set(VARIANT, STRING, VARIANT)`` (:data:`~airflow_conduit.record.VARIANT_SET_FUNCTION`)
+sets one field of an object, as ``to_variant_object(map_concat(...))`` does, without the map in between
+(``tests/integration/test_processors.py`` compares them).
+
 Janino comes with Spark (it compiles Spark's generated code), so a JRE is enough: the first session on
 a machine compiles the source into a jar in the cache directory, named by a digest of the source and the
 Spark version; every session adds the jar to its context (a cluster's executors fetch it from the
@@ -27,13 +31,17 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.jvm import cache_dir
-from airflow_conduit.record import VARIANT_JSON_FUNCTION
+from airflow_conduit.record import VARIANT_JSON_FUNCTION, VARIANT_SET_FUNCTION
 
 logger = logging.getLogger("airflow_conduit.engine")
 
-SOURCE = Path(__file__).with_name("java") / "VariantJson.java"
-FUNCTIONS = {VARIANT_JSON_FUNCTION: "org.airflowconduit.VariantJson"}
-"""Each SQL function's name and the class (a one-argument ``UDF1`` returning a string) that computes it."""
+SOURCE = Path(__file__).with_name("java") / "ConduitFunctions.java"
+FUNCTIONS = {
+    VARIANT_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantJson", "string"),
+    VARIANT_SET_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantSet", "variant"),
+}
+"""Each SQL function's name, the class that computes it (a Java ``UDF1``, ``UDF2``, ...) and the type it
+returns."""
 
 
 def functions_jar(spark: SparkSession) -> Path:
@@ -92,7 +100,7 @@ def register_functions(spark: SparkSession) -> None:
     urls = context._gateway.new_array(jvm.java.net.URL, 1)
     urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
     loader = jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
-    string_type = jvm.org.apache.spark.sql.types.DataTypes.StringType
-    for name, class_name in FUNCTIONS.items():
+    for name, (class_name, returns) in FUNCTIONS.items():
         function = loader.loadClass(class_name).getDeclaredConstructor(None).newInstance(None)
-        spark._jsparkSession.udf().register(name, function, string_type)
+        returned = jvm.org.apache.spark.sql.types.DataType.fromDDL(returns)
+        spark._jsparkSession.udf().register(name, function, returned)

@@ -669,3 +669,50 @@ pipelines:
     assert [json.loads(r.after) for r in rows] == [
         {"n": i, "f": 1.5, "b": True, "doc": [1], "x": "v"} for i in range(3)
     ]
+
+
+def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated_gives(spark):
+    """``set_path`` calls the engine's ``conduit_variant_set``: for every kind of object (and of
+    non-object, which counts as an empty one), key and value, the result must be what Spark's own
+    ``to_variant_object(map_concat(...))`` gives, as JSON and as each field's type."""
+    from airflow_conduit.engine.processors._expr import EMPTY_OBJECT
+    from airflow_conduit.record import VARIANT_SET_FUNCTION
+
+    escaped = "".join(map(chr, range(0x20))) + '"\\ é \U0001f600'
+    objects = [
+        '{"b": 1, "a": {"x": [1, null, "s"]}, "env": "old"}',
+        json.dumps({escaped: escaped, "n": 1.5, "big": 12345678901234567890}),
+        "{}",
+        "[1, 2]",
+        '"text"',
+        "null",
+        None,
+    ]
+    keys = ["env", "a", "", escaped, "b"]
+    values = [
+        "cast('prod' AS variant)",
+        'parse_json(\'{"nested": [true, {"deep": null}]}\')',
+        "cast(NULL AS variant)",
+        "parse_json('null')",
+        "cast(timestamp'2024-02-29 23:59:58.5' AS variant)",
+        "cast(cast(-3.10 AS decimal(5, 2)) AS variant)",
+    ]
+    frame = spark.createDataFrame([(o, k) for o in objects for k in keys], "o string, k string").selectExpr(
+        "parse_json(o) AS o", "k"
+    )
+    as_map = f"coalesce(try_variant_get(o, '$', 'map<string,variant>'), {EMPTY_OBJECT})"
+    columns = []
+    for i, value in enumerate(values):
+        columns += [
+            f"to_json({VARIANT_SET_FUNCTION}(o, k, {value})) AS fast{i}",
+            f"to_json(to_variant_object(map_concat({as_map}, map(k, {value})))) AS plain{i}",
+            f"schema_of_variant({VARIANT_SET_FUNCTION}(o, k, {value})) AS fast_type{i}",
+            f"schema_of_variant(to_variant_object(map_concat({as_map}, map(k, {value})))) AS plain_type{i}",
+        ]
+    rows = frame.selectExpr(*columns).collect()
+    assert len(rows) == len(objects) * len(keys)
+    for row in rows:
+        for i in range(len(values)):
+            assert row[f"fast{i}"] == row[f"plain{i}"]
+            assert row[f"fast_type{i}"] == row[f"plain_type{i}"]
+    assert json.loads(rows[0].fast0) == {"a": {"x": [1, None, "s"]}, "b": 1, "env": "prod"}

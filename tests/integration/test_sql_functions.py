@@ -16,7 +16,7 @@ def test_the_jar_is_compiled_once_into_the_cache_and_reused(spark, tmp_path, mon
 
     jar = sql_functions.functions_jar(spark)
     assert jar.parent == tmp_path / "airflow-conduit"
-    assert "org/airflowconduit/VariantJson.class" in zipfile.ZipFile(jar).namelist()
+    assert "org/airflowconduit/ConduitFunctions$VariantJson.class" in zipfile.ZipFile(jar).namelist()
     assert sql_functions.functions_jar(spark) == jar
     assert compiled == [1]
     assert not [p for p in jar.parent.iterdir() if p.name.startswith(".")]  # no temporary file left

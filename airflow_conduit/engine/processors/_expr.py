@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.fieldref import FieldRef, sql_string, variant_path
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.record import VARIANT_SET_FUNCTION
 
 EMPTY_OBJECT = "cast(map() as map<string,variant>)"
 EMPTY_METADATA = "cast(map() as map<string,string>)"
@@ -39,7 +40,8 @@ def set_path(variant_sql: str, segments: tuple[str, ...], value_sql: str) -> str
     head, rest = segments[0], segments[1:]
     if rest:
         value_sql = set_path(get_path(variant_sql, (head,)), rest, value_sql)
-    return f"to_variant_object(map_concat({object_map(variant_sql)}, map({sql_str(head)}, {value_sql})))"
+    # to_variant_object(map_concat(<the object as a map>, map(head, value))), without the map
+    return f"{VARIANT_SET_FUNCTION}({variant_sql}, {sql_str(head)}, {value_sql})"
 
 
 def update_parent(variant_sql: str, segments: tuple[str, ...], change_map: str) -> str:
