@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+ESCAPED_TEXT = "".join(map(chr, range(0x20))) + '"\\/ \x7f é \u2028 \U0001f600'
+"""Every character JSON writers escape (the control characters, quote, backslash) and some they do not."""
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # py4j logs at INFO while the interpreter shuts down, after pytest closed its streams.

@@ -91,7 +91,7 @@ def _write_jar(jar: Path, classes: dict[str, bytes]) -> None:
 def register_functions(spark: SparkSession) -> None:
     """Make the engine's SQL functions callable in ``spark`` (and in the sessions Spark clones from it,
     such as a streaming query's). Again on the same session: nothing to do."""
-    if spark.catalog.functionExists(VARIANT_JSON_FUNCTION):
+    if all(spark.catalog.functionExists(name) for name in FUNCTIONS):
         return
     jar = functions_jar(spark)
     jvm: Any = spark._jvm

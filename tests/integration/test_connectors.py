@@ -20,7 +20,7 @@ from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
 from airflow_conduit.engine.delivery import logged_batch
 from airflow_conduit.state import PipelineState
-from tests.conftest import REPO, read_jsonl, text
+from tests.conftest import ESCAPED_TEXT, REPO, read_jsonl, text
 
 
 def spec_of(settings: dict[str, Any]) -> GeneratorSpec:
@@ -379,10 +379,6 @@ pipelines:
         assert metadata["opencdc.collection"] == "x"
         assert metadata["conduit.source.connector.id"] == "p:gen"
         assert int(metadata["opencdc.readAt"]) > 0
-
-
-# Every character Jackson escapes (the control characters, quote, backslash) and some it does not.
-ESCAPED_TEXT = "".join(map(chr, range(0x20))) + '"\\/ \x7f é \u2028 \U0001f600'
 
 
 def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):

@@ -19,7 +19,7 @@ import pyarrow as pa
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
 from airflow_conduit.engine.processors.custom_python import load_function
-from tests.conftest import read_jsonl, text
+from tests.conftest import ESCAPED_TEXT, read_jsonl, text
 
 DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
 
@@ -675,20 +675,19 @@ def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated
     """``set_path`` calls the engine's ``conduit_variant_set``: for every kind of object (and of
     non-object, which counts as an empty one), key and value, the result must be what Spark's own
     ``to_variant_object(map_concat(...))`` gives, as JSON and as each field's type."""
-    from airflow_conduit.engine.processors._expr import EMPTY_OBJECT
+    from airflow_conduit.engine.processors._expr import object_map
     from airflow_conduit.record import VARIANT_SET_FUNCTION
 
-    escaped = "".join(map(chr, range(0x20))) + '"\\ é \U0001f600'
     objects = [
         '{"b": 1, "a": {"x": [1, null, "s"]}, "env": "old"}',
-        json.dumps({escaped: escaped, "n": 1.5, "big": 12345678901234567890}),
+        json.dumps({ESCAPED_TEXT: ESCAPED_TEXT, "n": 1.5, "big": 12345678901234567890}),
         "{}",
         "[1, 2]",
         '"text"',
         "null",
         None,
     ]
-    keys = ["env", "a", "", escaped, "b"]
+    keys = ["env", "a", "", ESCAPED_TEXT, "b"]
     values = [
         "cast('prod' AS variant)",
         'parse_json(\'{"nested": [true, {"deep": null}]}\')',
@@ -700,14 +699,15 @@ def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated
     frame = spark.createDataFrame([(o, k) for o in objects for k in keys], "o string, k string").selectExpr(
         "parse_json(o) AS o", "k"
     )
-    as_map = f"coalesce(try_variant_get(o, '$', 'map<string,variant>'), {EMPTY_OBJECT})"
     columns = []
     for i, value in enumerate(values):
+        fast = f"{VARIANT_SET_FUNCTION}(o, k, {value})"
+        plain = f"to_variant_object(map_concat({object_map('o')}, map(k, {value})))"
         columns += [
-            f"to_json({VARIANT_SET_FUNCTION}(o, k, {value})) AS fast{i}",
-            f"to_json(to_variant_object(map_concat({as_map}, map(k, {value})))) AS plain{i}",
-            f"schema_of_variant({VARIANT_SET_FUNCTION}(o, k, {value})) AS fast_type{i}",
-            f"schema_of_variant(to_variant_object(map_concat({as_map}, map(k, {value})))) AS plain_type{i}",
+            f"to_json({fast}) AS fast{i}",
+            f"to_json({plain}) AS plain{i}",
+            f"schema_of_variant({fast}) AS fast_type{i}",
+            f"schema_of_variant({plain}) AS plain_type{i}",
         ]
     rows = frame.selectExpr(*columns).collect()
     assert len(rows) == len(objects) * len(keys)
