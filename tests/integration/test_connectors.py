@@ -384,7 +384,7 @@ pipelines:
 def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
     """The envelope appends each data field's JSON from the engine's own function: the text must be
     exactly what Spark's own ``to_json`` of the whole OpenCDC struct gives, for every mix of objects,
-    other JSON values, raw data and nulls."""
+    other JSON values, raw data and nulls, and for heads with escapes, empty and missing parts."""
     from airflow_conduit.record import opencdc_json_sql, opencdc_struct_sql
 
     text_value = json.dumps({ESCAPED_TEXT: [ESCAPED_TEXT]})
@@ -398,17 +398,29 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         text_value,
         None,
     ]
+    heads = [
+        ("cast('f:1' AS binary)", "'update'", "map('opencdc.collection', 'c\"q')"),
+        ("X'00FF0A22'", "'odd \"op\"\\n'", "map(concat('k', char(1)), CAST(NULL AS string), 'v', 'x\\\\y')"),
+        ("CAST(NULL AS binary)", "CAST(NULL AS string)", "CAST(NULL AS map<string,string>)"),
+        ("X''", "''", "CAST(map() AS map<string,string>)"),
+    ]
     rows = [
-        (key, before, after, raw)
+        (head, key, before, after, raw)
+        for head in range(len(heads))
         for key in values[::2]
         for before in values[1::2]
         for after in values
         for raw in (None, b"r\x00w")
     ]
-    frame = spark.createDataFrame(rows, "key string, before string, after string, raw binary").selectExpr(
-        "cast('f:1' AS binary) AS position",
-        "'update' AS operation",
-        "map('opencdc.collection', 'c\"q') AS metadata",
+    schema = "head int, key string, before string, after string, raw binary"
+
+    def by_head(part: int) -> str:
+        return "CASE head " + " ".join(f"WHEN {i} THEN {h[part]}" for i, h in enumerate(heads)) + " END"
+
+    frame = spark.createDataFrame(rows, schema).selectExpr(
+        f"{by_head(0)} AS position",
+        f"{by_head(1)} AS operation",
+        f"{by_head(2)} AS metadata",
         "parse_json(key) AS key",
         "CAST(NULL AS binary) AS key_raw",
         "parse_json(before) AS before",
@@ -422,6 +434,7 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
     ).collect()
     assert len(checked) == len(rows) > 100
     assert [r.fast for r in checked] == [r.plain for r in checked]
+    assert {json.loads(r.fast)["metadata"] is None for r in checked} == {True, False}
     sample = json.loads(checked[0].fast)
     assert sample["key"] == {"a": {"x": [1, None, "s"]}, "b": 1}
     assert set(sample) == {"position", "operation", "metadata", "key", "payload"}
