@@ -66,6 +66,9 @@ class PluginSpec:
     stages a batch. Without one (a log line, user code keeping its own) every replay writes again."""
     writes_on_stage: bool = False
     """``stage`` runs the batch's Spark job itself: the engine's record counts can ride on it."""
+    bulk_writes: bool = False
+    """Writes a micro-batch as one Spark write at hundreds of thousands of records a second, so a batch
+    of a million records stays a few seconds long (see ``UNSTORED_MAX_RECORDS_PER_BATCH``)."""
 
     # Processors.
     pure: bool = True
@@ -80,7 +83,7 @@ class PluginSpec:
     def __post_init__(self) -> None:
         by_kind = {
             "source": ("spark_source", "replays_identically", "inspectable"),
-            "destination": ("delivery_marker", "writes_on_stage"),
+            "destination": ("delivery_marker", "writes_on_stage", "bulk_writes"),
             "processor": ("batch_context", "fans_out"),
         }
         for kind, names in by_kind.items():

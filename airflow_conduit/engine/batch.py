@@ -263,8 +263,7 @@ class BatchProcessor:
         logged = logged_batch(self.state.checkpoint_dir, batch_id)
         self.context = BatchContext(self.pipeline.id, batch_id, tuple(logged.offsets))
         destinations = self.pipeline.destinations
-        if self._purity is None:  # needs Spark to analyse the processors: once, at the first batch
-            self._purity = _Purity.of(batch.sparkSession, self.pipeline)
+        self.analyse(batch.sparkSession)
         self.decisions.prune(batch_id)
         decision_hash = self.context.hash_for(f"{self.generation}:decision")
         decision = self.decisions.load(batch.sparkSession, batch_id, decision_hash)
@@ -387,9 +386,21 @@ class BatchProcessor:
         """:func:`state_counts`, built once: some 60 calls into the JVM, about 10 ms a batch."""
         return state_counts()
 
+    def analyse(self, spark: SparkSession) -> _Purity:
+        """Which processor chains are pure: Spark analyses them, once (before the stream starts, or at
+        the first batch)."""
+        if self._purity is None:
+            self._purity = _Purity.of(spark, self.pipeline)
+        return self._purity
+
+    @property
+    def nothing_stored(self) -> bool:
+        """No batch's rows are stored to be decided once (see ``_Purity.unstored``)."""
+        return self.purity.unstored
+
     @property
     def purity(self) -> _Purity:
-        assert self._purity is not None, "set by the first batch"
+        assert self._purity is not None, "set by analyse"
         return self._purity
 
     def _replay_could_differ(self, writes: list[_DestinationWrite], dlq_staged: list[Staged]) -> bool:

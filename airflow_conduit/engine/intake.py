@@ -17,6 +17,8 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.fieldref import sql_string
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
+from airflow_conduit.config.settings import UNSTORED_MAX_RECORDS_PER_BATCH
+from airflow_conduit.config.settings.sdk import SourceSdkSettings
 from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors import apply_all
@@ -37,6 +39,26 @@ def _source_column(name: str, given: set[str]) -> str:
         return name
     default = sql_string(SOURCE_DEFAULTS[name]) if name in SOURCE_DEFAULTS else "NULL"
     return f"CAST({default} AS {SOURCE_TYPES[name]}) AS {name}"
+
+
+def admitted_sources(pipeline: PipelineConfig, *, nothing_stored: bool) -> tuple[ConnectorConfig, ...]:
+    """The sources as their streams read them. A source whose records per micro-batch the pipeline file
+    leaves to the engine admits :data:`UNSTORED_MAX_RECORDS_PER_BATCH` when nothing of a batch is stored
+    (``nothing_stored``: memory does not grow with the batch) and every destination writes in bulk (a
+    batch stays a few seconds long); otherwise its settings' default."""
+    if not (nothing_stored and all(d.spec.bulk_writes for d in pipeline.destinations)):
+        return pipeline.sources
+    return tuple(
+        dataclasses.replace(
+            source,
+            settings=source.settings.model_copy(
+                update={"max_records_per_batch": UNSTORED_MAX_RECORDS_PER_BATCH}
+            ),
+        )
+        if isinstance(source.settings, SourceSdkSettings) and not source.settings.batch_limit_given
+        else source
+        for source in pipeline.sources
+    )
 
 
 def source_stream(

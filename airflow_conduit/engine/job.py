@@ -21,8 +21,9 @@ from pyspark.sql.streaming import StreamingQuery
 from airflow_conduit.batch_log import BatchEntry, append_batch
 from airflow_conduit.config.model import PipelineConfig
 from airflow_conduit.config.registry import spark_sources
+from airflow_conduit.config.settings import UNSTORED_MAX_RECORDS_PER_BATCH
 from airflow_conduit.engine.batch import BatchProcessor, BatchResult
-from airflow_conduit.engine.intake import source_stream
+from airflow_conduit.engine.intake import admitted_sources, source_stream
 from airflow_conduit.engine.lag import SourceLags
 from airflow_conduit.engine.metrics import PipelineMetrics
 from airflow_conduit.engine.planners import PLANNING, reads_its_source
@@ -97,7 +98,16 @@ class PipelineRun:
         state.clear_stop_request()
         state.checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
         ship_function_paths(self.spark, self.pipeline, state.root / "python")
-        streams = [source_stream(self.spark, i, s, state) for i, s in enumerate(self.pipeline.sources)]
+        self.processor.analyse(self.spark)
+        sources = admitted_sources(self.pipeline, nothing_stored=self.processor.nothing_stored)
+        if sources != self.pipeline.sources:
+            logger.info(
+                "%s: micro-batches of up to %s records a source (nothing of a batch is stored; "
+                "maxRecordsPerBatch sets it)",
+                self.pipeline.id,
+                f"{UNSTORED_MAX_RECORDS_PER_BATCH:,}",
+            )
+        streams = [source_stream(self.spark, i, s, state) for i, s in enumerate(sources)]
         union = reduce(DataFrame.unionByName, streams)
         writer = (
             union.writeStream.queryName(f"conduit-{self.pipeline.id}")

@@ -452,9 +452,14 @@ def test_a_builtin_processor_with_a_random_condition_is_decided_once(run_yaml, t
     ],
     ids=["field.set", "filter", "rand", "uuid", "clock", "custom.python"],
 )
-def test_which_processors_may_be_evaluated_again(spark, processor, pure):
+def test_which_processors_may_be_evaluated_again(spark, tmp_path, processor, pure):
+    """And so whether a batch's rows are stored, which sets the default records per batch."""
+    from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH, UNSTORED_MAX_RECORDS_PER_BATCH
+    from airflow_conduit.engine.batch import BatchProcessor
+    from airflow_conduit.engine.intake import admitted_sources
     from airflow_conduit.engine.processors import is_pure
     from airflow_conduit.record import RECORD_SCHEMA
+    from airflow_conduit.state import PipelineState
 
     text = f"""
 version: "2.2"
@@ -468,3 +473,12 @@ pipelines:
 """
     proc = load_pipeline_text(text, "<purity>").pipelines[0].processors[0]
     assert is_pure(proc, spark.createDataFrame([], RECORD_SCHEMA)) is pure
+    bulk = text.replace(
+        "plugin: builtin:log}", f"plugin: builtin:file, settings: {{path: '{tmp_path}/out'}}}}"
+    )
+    pipeline = load_pipeline_text(bulk, "<purity>").pipelines[0]
+    batches = BatchProcessor(pipeline, PipelineState(tmp_path, pipeline.id), "g")
+    assert batches.analyse(spark).unstored is pure
+    [source] = admitted_sources(pipeline, nothing_stored=batches.nothing_stored)
+    default = UNSTORED_MAX_RECORDS_PER_BATCH if pure else DEFAULT_MAX_RECORDS_PER_BATCH
+    assert source.settings.max_records_per_batch == default

@@ -80,3 +80,20 @@ def test_an_offset_logged_without_line_counts_counts_them_from_the_file(tmp_path
     # What a checkpoint written before keys were line numbers holds: byte offsets only.
     rows, _ = batch(source, {"files": {"events.txt": len("one\ntwo\n")}})
     assert [(r["key_raw"], r["after_raw"]) for r in rows] == [(b"3", b"three")]
+
+
+def test_a_range_read_in_blocks_gives_the_records_of_one_read(tmp_path, monkeypatch):
+    """A worker reads its range in blocks (its memory stays the same whatever the batch's size): lines
+    that cross a block, lines longer than a block and CRLF endings give the same positions, keys and
+    payloads as one read of the whole range."""
+    lines = [f"r{i}" + "y" * (i * 7 % 23) + ("\r" if i % 3 == 0 else "") for i in range(400)]
+    events = tmp_path / "events.txt"
+    events.write_text("".join(line + "\n" for line in lines))
+    source = reader(events, tmp_path)
+    whole, _ = batch(source, source.initialOffset())
+    monkeypatch.setattr(file_source, "READ_BYTES", 5)  # shorter than most lines
+    blocks, _ = batch(source, source.initialOffset())
+    assert blocks == whole
+    assert [r["after_raw"].decode() for r in blocks] == [line.removesuffix("\r") for line in lines]
+    offsets = [int(r["position"].rsplit(b":", 1)[1]) for r in blocks]
+    assert offsets == [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]

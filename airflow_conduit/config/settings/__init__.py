@@ -9,7 +9,7 @@ fields typed (``settings.record_count``).
 from __future__ import annotations
 
 from ..spec import PluginSettings, known_settings, validate_settings
-from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, DestinationSettings
+from ._common import DEFAULT_MAX_RECORDS_PER_BATCH, UNSTORED_MAX_RECORDS_PER_BATCH, DestinationSettings
 from .file import FileDestinationSettings, FileSourceSettings
 from .generator import FieldType, GeneratorSettings
 from .log import LogDestinationSettings
@@ -29,6 +29,7 @@ from .python import CustomPythonSettings, PythonDestinationSettings, check_pytho
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_PER_BATCH",
+    "UNSTORED_MAX_RECORDS_PER_BATCH",
     "CustomPythonSettings",
     "DestinationSettings",
     "ErrorSettings",

@@ -14,6 +14,7 @@ from ..fieldref import FieldRef, parse_field_ref
 from ._duration import go_duration as go_duration
 from .record_format import RecordFormatSettings
 from .sdk import DEFAULT_MAX_RECORDS_PER_BATCH as DEFAULT_MAX_RECORDS_PER_BATCH
+from .sdk import UNSTORED_MAX_RECORDS_PER_BATCH as UNSTORED_MAX_RECORDS_PER_BATCH
 from .sdk import DestinationSdkSettings
 
 RequiredStr = Annotated[str, Field(min_length=1)]

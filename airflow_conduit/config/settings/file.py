@@ -33,4 +33,5 @@ DESTINATION = PluginSpec(
     engine=_ENGINE,
     delivery_marker=True,  # an atomic rename publishes the files and the marker together
     writes_on_stage=True,
+    bulk_writes=True,
 )

@@ -22,6 +22,10 @@ from ._duration import go_duration
 # Backpressure: the most records a source puts in one micro-batch (memory stays flat whatever the
 # backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
 DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
+# The default when nothing of a micro-batch is stored (pure processors, sources that replay a batch the
+# same) and every destination writes in bulk: memory no longer grows with the batch, and fewer batches
+# pay the fixed cost fewer times (peers.py's job, whole processes: 1M records 16.9 -> 14.7 s, 10M 75 -> 62 s).
+UNSTORED_MAX_RECORDS_PER_BATCH = 1_000_000
 
 _NO_REGISTRY = "there is no schema registry here (no schema is extracted or registered)"
 # Schema settings that only name things in a schema registry: their defaults are all that can hold here.
@@ -64,6 +68,11 @@ class SourceSdkSettings(PluginSettings):
     sdk_schema_extract_key_subject: str = Field(default="key", alias="sdk.schema.extract.key.subject")
     sdk_schema_context_enabled: bool = Field(default=True, alias="sdk.schema.context.enabled")
     sdk_schema_context_name: str = Field(default="", alias="sdk.schema.context.name")
+
+    @property
+    def batch_limit_given(self) -> bool:
+        """The pipeline file sets the records per micro-batch (else the engine picks the default)."""
+        return "max_records_per_batch" in self.model_fields_set or self.sdk_batch_size > 0
 
     @field_validator("sdk_batch_delay", mode="before")
     @classmethod

@@ -48,8 +48,9 @@ if TYPE_CHECKING:  # the module stays light on Spark's Python workers (no pydant
 
 SCAN_CHUNK = 8 << 20
 MIN_PARTITION_BYTES = 1 << 20
-MAX_PARTITION_BYTES = 64 << 20
+MAX_PARTITION_BYTES = 8 << 20
 ARROW_ROWS = 20_000
+READ_BYTES = 4 << 20
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -226,13 +227,25 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The range's lines, read in blocks of :data:`READ_BYTES` (a worker's memory stays the same
+        whatever the size of the range, which grows with the batch)."""
         assert isinstance(partition, _FileRange)
+        base, line, left = partition.start, partition.first_line, partition.end - partition.start
+        pending = b""  # the start of a line that continues in the next block
         with open(partition.path, "rb") as fh:
             fh.seek(partition.start)
-            data = fh.read(partition.end - partition.start)
-        yield from lines_to_batches(
-            data, partition.name, partition.start, partition.first_line, partition.shown_path
-        )
+            while left > 0:
+                block = fh.read(min(READ_BYTES, left))
+                if not block:
+                    break
+                left -= len(block)
+                data = pending + block if pending else block
+                cut = data.rfind(b"\n") + 1
+                pending = data[cut:]
+                if cut:
+                    lines = data[:cut]
+                    yield from lines_to_batches(lines, partition.name, base, line, partition.shown_path)
+                    base, line = base + cut, line + lines.count(b"\n")
 
     def commit(self, end: dict) -> None:
         """Files are not consumed: the offsets in Spark's log are the whole position."""
