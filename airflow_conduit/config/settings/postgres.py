@@ -111,5 +111,4 @@ DESTINATION = PluginSpec(
     engine="airflow_conduit.engine.connectors.postgres.destination",
     delivery_marker=True,  # in the same transaction as the rows
     writes_on_stage=True,
-    bulk_writes=True,  # 250,000-290,000 rows/s (benchmarks/postgres.py)
 )
