@@ -23,8 +23,9 @@ from ._duration import go_duration
 # backlog). Large enough that the ~0.1-0.7 s fixed cost of a micro-batch stays small beside its work.
 DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
 # The default when nothing of a micro-batch is stored (pure processors, sources that replay a batch the
-# same) and every destination writes in bulk (files): memory no longer grows with the batch, and fewer batches
-# pay the fixed cost fewer times (peers.py's job, whole processes: 1M records 16.9 -> 14.7 s, 10M 75 -> 62 s).
+# same) and every destination writes in bulk (files): memory no longer grows with the batch, and fewer
+# batches pay the fixed cost fewer times (peers.py's job, whole processes: 1M records 16.9 -> 14.7 s,
+# 10M 75 -> 62 s).
 UNSTORED_MAX_RECORDS_PER_BATCH = 1_000_000
 
 _NO_REGISTRY = "there is no schema registry here (no schema is extracted or registered)"
