@@ -8,6 +8,8 @@ a source's read) brings pandas into all of them.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,4 +33,38 @@ def string_array(texts: list[str]) -> pa.Array:
         pa.string(),
         len(encoded),
         [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))],
+    )
+
+
+def string_dicts(maps: pa.MapArray) -> list[dict[str, str | None] | None]:
+    """Each entry of a ``map<string, string>`` array as a dict (``None`` where the map is null), from
+    its flat keys and values: 2.4 times faster than ``to_pylist``'s lists of pairs, which a dict would
+    then be built from again."""
+    offsets = maps.offsets.to_numpy()
+    first, last = int(offsets[0]), int(offsets[-1])  # a slice's offsets index its parent's entries
+    keys = maps.keys.slice(first, last - first).to_pylist()
+    values = maps.items.slice(first, last - first).to_pylist()
+    bounds = (offsets - first).tolist()
+    dicts: list[dict[str, str | None] | None] = [
+        dict(zip(keys[start:end], values[start:end], strict=True))
+        for start, end in zip(bounds, bounds[1:], strict=False)
+    ]
+    if maps.null_count:
+        for i in np.flatnonzero(maps.is_null().to_numpy(zero_copy_only=False)).tolist():
+            dicts[i] = None
+    return dicts
+
+
+def string_map_array(maps: list[Any]) -> pa.MapArray:
+    """``map<string, string>`` of ``maps`` (mappings, or ``None`` for a null map); keys and values
+    through ``str``."""
+    keys = [str(key) for entries in maps if entries for key in entries]
+    values = [str(value) for entries in maps if entries for value in entries.values()]
+    offsets = np.cumsum([0, *(len(entries) if entries else 0 for entries in maps)], dtype=np.int64)
+    nulls = [entries is None for entries in maps]
+    return pa.MapArray.from_arrays(
+        int_array(offsets, np.int32),
+        string_array(keys),
+        string_array(values),
+        mask=pa.array(nulls, pa.bool_()) if any(nulls) else None,
     )

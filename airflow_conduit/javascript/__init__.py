@@ -166,7 +166,7 @@ class Runtime:
             raise
 
     def run(self, columns: Mapping[str, Sequence[Any]]) -> dict[str, list[Any]]:
-        """Each record of the columns (:data:`INPUT_COLUMNS`; ``metadata`` as (name, value) pairs)
+        """Each record of the columns (:data:`INPUT_COLUMNS`; ``metadata`` as dicts)
         through ``process``, in order, in one call into V8. Returns the output columns: ``state``,
         ``error``, ``changed`` (:data:`CHANGED` bits: the columns the script touched) and the input's
         (set where ``changed`` says), bytes as bytes."""

@@ -44,7 +44,8 @@
   const POSITION = 1, OPERATION = 2, METADATA = 4, KEY = 8, BEFORE = 16, AFTER = 32, ALL = 63;
   const LOAD = {
     [POSITION]: (c, i) => (c.position[i] === null ? null : latin1Bytes(c.position[i], Uint8Array)),
-    [METADATA]: (c, i) => Object.fromEntries(c.metadata[i] || []),
+    // fromEntries defines each key (a "__proto__" key stays a key; Object.assign would set the prototype).
+    [METADATA]: (c, i) => Object.fromEntries(Object.entries(c.metadata[i] || {})),
     [KEY]: (c, i) => dataIn(c.key_json[i], c.key_raw[i]),
     [BEFORE]: (c, i) => dataIn(c.before_json[i], c.before_raw[i]),
     [AFTER]: (c, i) => dataIn(c.after_json[i], c.after_raw[i]),
@@ -242,7 +243,7 @@
     if (typeof fn !== "function") throw new Error('failed to get entrypoint function "process"');
     entrypoint = fn;
   }
-  // batch: JSON of the input columns (position, operation, metadata as [name, value] pairs, key_json, key_raw, before_json,
+  // batch: JSON of the input columns (position, operation, metadata as objects, key_json, key_raw, before_json,
   // before_raw, after_json, after_raw; bytes as strings of one char per byte). Returns JSON of the
   // output columns (only the fields `changed` names are set), plus `state`, `error` and the log lines.
   const COLUMNS = ["state", "changed", "error", "position", "operation", "metadata", "key_json", "key_raw", "before_json",

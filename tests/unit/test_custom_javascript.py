@@ -10,14 +10,14 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from airflow_conduit.config import ConfigError, load_pipeline_text
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.engine.processors.custom_javascript import make
-from airflow_conduit.engine.processors.custom_python import ARROW_SCHEMA, ArrowRecords
+from airflow_conduit.engine.processors.custom_python import ArrowRecords
 from airflow_conduit.javascript import check_script
+from tests.arrow_batches import arrow_batch
 
 EMPTY: dict[str, Any] = {
     "position": None,
@@ -216,28 +216,6 @@ def test_the_script_is_compiled_once_and_keeps_its_globals() -> None:
 
 
 # --- a whole Arrow batch --------------------------------------------------------------------------------
-
-
-def arrow_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
-    schema = pa.schema(
-        [
-            pa.field(
-                name,
-                {
-                    "binary": pa.binary(),
-                    "string": pa.string(),
-                    "boolean": pa.bool_(),
-                    "int": pa.int32(),
-                    "bigint": pa.int64(),
-                    "map<string,string>": pa.map_(pa.string(), pa.string()),
-                    "array<int>": pa.list_(pa.int32()),
-                }[kind],
-            )
-            for name, kind in (column.split(" ", 1) for column in ARROW_SCHEMA.split(", "))
-        ]
-    )
-    full = [{f.name: None for f in schema} | {"_state": "open", "_active": True} | row for row in rows]
-    return pa.RecordBatch.from_pylist(full, schema=schema)
 
 
 def test_map_batch_maps_columns_and_marks_filtered_and_nacked_rows() -> None:

@@ -109,7 +109,7 @@ def make_mapper(
                     except TemplateExecError as error:
                         batch.mark(i, STATE_NACKED, f"{name}: {error}", node_id)
                         break
-            yield pa.RecordBatch.from_pydict(columns, schema=_schema(arrow_batch.schema, setting_templates))
+            yield batch.to_batch(_schema(arrow_batch.schema, setting_templates))
 
     return run
 

@@ -49,7 +49,7 @@ class JavascriptProcessor:
         columns: dict[str, list[Any]] = {
             "position": [record.get("position")],
             "operation": [record.get("operation", "create")],
-            "metadata": [list((record.get("metadata") or {}).items())],
+            "metadata": [dict(record.get("metadata") or {})],
         }
         data_in = {"key": record.get("key"), "before": payload.get("before"), "after": payload.get("after")}
         for name, value in data_in.items():
@@ -90,12 +90,12 @@ class JavascriptProcessor:
                 kept.append((k, i))
         # Column by column (the fewest lookups per record), only where the script touched the field.
         for name, bit in CHANGED.items():
-            column, values = c[name], out[name]
-            if name == "metadata":  # an Arrow map takes (name, value) pairs
-                values = [None if m is None else list(m.items()) for m in values]
-            for k, i in kept:
-                if changed[k] & bit:
+            touched = [(k, i) for k, i in kept if changed[k] & bit]
+            if touched:
+                column, values = c[name], out[name]
+                for k, i in touched:
                     column[i] = values[k]
+                batch.changed.add(name)
 
 
 def make(settings: dict[str, Any]) -> JavascriptProcessor:

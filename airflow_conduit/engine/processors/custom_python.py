@@ -14,6 +14,7 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import CustomPythonSettings
+from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
 from airflow_conduit.engine.processors._record_fields import RecordError
@@ -110,20 +112,41 @@ def record_of(row: Mapping[str, Any]) -> dict[str, Any]:
     return _record(row["position"], row["operation"], row["metadata"], *data)
 
 
-class ArrowRecords:
-    """Column lists of one Arrow batch, updated in place row by row (``custom.python`` and the other
-    processors that run Python per record)."""
+class _Columns(dict[str, list[Any]]):
+    """An Arrow batch's columns as Python lists, each converted when first looked up (``metadata`` as
+    dicts): a column nobody reads costs nothing."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
+        super().__init__()
+        self._batch = batch
+
+    def __missing__(self, name: str) -> list[Any]:
+        column = self._batch.column(name)  # KeyError for a column the batch does not have
+        values = string_dicts(column) if name == "metadata" else column.to_pylist()
+        self[name] = values
+        return values
+
+
+class ArrowRecords:
+    """Column lists of one Arrow batch, updated in place row by row (``custom.python`` and the other
+    processors that run Python per record). :meth:`to_batch` rebuilds only the columns marked in
+    ``changed``: the rest go back as they came."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.source = batch
+        self.columns: dict[str, list[Any]] = _Columns(batch)
+        self.changed: set[str] = set()
+
+    @cached_property
+    def _data(self) -> list[tuple[list[str | None], list[bytes | None], list[bool | None]]]:
         import pyarrow.compute as pc
 
-        self.columns = batch.to_pydict()
-        self._data = [
+        return [
             (
                 self.columns[f"{name}_json"],
                 self.columns[f"{name}_raw"],
                 # One vectorised regex per column instead of one per record.
-                pc.match_substring_regex(batch.column(f"{name}_json"), LONG_NUMBER).to_pylist(),
+                pc.match_substring_regex(self.source.column(f"{name}_json"), LONG_NUMBER).to_pylist(),
             )
             for name in DATA_FIELDS
         ]
@@ -141,14 +164,39 @@ class ArrowRecords:
         position = record.get("position", c["position"][i])
         c["position"][i] = position.encode() if isinstance(position, str) else position
         c["operation"][i] = record.get("operation", c["operation"][i])
-        c["metadata"][i] = [(str(k), str(v)) for k, v in (record.get("metadata") or {}).items()]
+        metadata = record.get("metadata") or {}
+        if metadata != (c["metadata"][i] or {}):  # kept as it came otherwise: rebuilding maps costs most
+            c["metadata"][i] = metadata  # keys and values through str in to_batch
+            self.changed.add("metadata")
         payload = record.get("payload") or {}
         c["key_json"][i], c["key_raw"][i] = _data_out(record.get("key"))
         c["before_json"][i], c["before_raw"][i] = _data_out(payload.get("before"))
         c["after_json"][i], c["after_raw"][i] = _data_out(payload.get("after"))
+        if len(self.changed) < len(_STORED):
+            self.changed.update(_STORED)
 
     def mark(self, i: int, state: str, error: str | None, node: str) -> None:
         self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
+        self.changed.update(_MARKED)
+
+    def to_batch(self, schema: pa.Schema | None = None) -> pa.RecordBatch:
+        """The batch in ``schema`` (the source's by default): its changed columns, and those the
+        source does not have, from the lists; the others as they came."""
+        schema = schema or self.source.schema
+        kept = set(self.source.schema.names) - self.changed
+        arrays = [
+            self.source.column(field.name)
+            if field.name in kept
+            else string_map_array(self.columns[field.name])
+            if field.name == "metadata"
+            else pa.array(self.columns[field.name], type=field.type)
+            for field in schema
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+_STORED = frozenset(("position", "operation", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw"))))
+_MARKED = ("_state", "_error", "_node")
 
 
 def _takes_context(function: Callable[..., Any]) -> bool:
@@ -185,7 +233,7 @@ def make_mapper(
             batch = ArrowRecords(arrow_batch)
             if map_batch is not None:
                 map_batch(batch, node_id)
-                yield pa.RecordBatch.from_pydict(batch.columns, schema=arrow_batch.schema)
+                yield batch.to_batch()
                 continue
             for i, active in enumerate(batch.columns["_active"]):
                 if not active:
@@ -203,7 +251,7 @@ def make_mapper(
                         batch.mark(i, STATE_FILTERED, None, node_id)
                     else:
                         batch.store(i, result)
-            yield pa.RecordBatch.from_pydict(batch.columns, schema=arrow_batch.schema)
+            yield batch.to_batch()
 
     return run
 
