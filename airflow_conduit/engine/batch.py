@@ -94,8 +94,8 @@ class _DestinationWrite:
     """The destination's records after its own processors, all states."""
     written: Observation | None
     """Counts the rows it is given; ``None``: it is given every open row of the batch, which the batch's
-    own state counts hold. (An observation splits Spark's generated code: 0.4-0.5 s per 1M records in a
-    batch job; in a running pipeline the states' observation measured nothing.)"""
+    own state counts hold. (An observation splits Spark's generated code: the states' observation costs
+    a running pipeline about 0.5 s of a 1M-record batch's 3.9 s.)"""
     states: Observation | None = None
     """Set when the destination has processors, which may nack or stop records."""
     staged: Staged | None = None
