@@ -40,7 +40,10 @@ def string_dicts(maps: pa.MapArray) -> list[dict[str, str | None] | None]:
     """Each entry of a ``map<string, string>`` array as a dict (``None`` where the map is null), from
     its flat keys and values: 2.4 times faster than ``to_pylist``'s lists of pairs, which a dict would
     then be built from again."""
-    offsets = maps.offsets.to_numpy()
+    if not len(maps):
+        return []
+    # Read from the buffer: Arrow's to_numpy imports pandas (see above).
+    offsets = np.frombuffer(maps.buffers()[1], np.int32, len(maps) + 1, 4 * maps.offset)
     first, last = int(offsets[0]), int(offsets[-1])  # a slice's offsets index its parent's entries
     keys = maps.keys.slice(first, last - first).to_pylist()
     values = maps.items.slice(first, last - first).to_pylist()
@@ -50,8 +53,9 @@ def string_dicts(maps: pa.MapArray) -> list[dict[str, str | None] | None]:
         for start, end in zip(bounds, bounds[1:], strict=False)
     ]
     if maps.null_count:
-        for i in np.flatnonzero(maps.is_null().to_numpy(zero_copy_only=False)).tolist():
-            dicts[i] = None
+        for i, null in enumerate(maps.is_null().to_pylist()):
+            if null:
+                dicts[i] = None
     return dicts
 
 
@@ -66,5 +70,10 @@ def string_map_array(maps: list[Any]) -> pa.MapArray:
         int_array(offsets, np.int32),
         string_array(keys),
         string_array(values),
-        mask=pa.array(nulls, pa.bool_()) if any(nulls) else None,
+        mask=_bool_array(nulls) if any(nulls) else None,
     )
+
+
+def _bool_array(flags: list[bool]) -> pa.Array:
+    bits = np.packbits(np.array(flags, dtype=np.bool_), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(flags), [None, pa.py_buffer(bits)])

@@ -4,6 +4,8 @@ only the columns a function changed are rebuilt."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +101,18 @@ def test_a_failed_or_filtered_record_keeps_the_fields_it_came_with(tmp_path: Pat
         assert {k: v for k, v in row.items() if not k.startswith("_")} == {
             k: v for k, v in given.items() if not k.startswith("_")
         }
+
+
+def test_maps_convert_without_importing_pandas() -> None:
+    """Workers that only read or write maps (a record format, a template) stay without pandas' 30-36
+    MiB (see ``arrow_arrays``)."""
+    script = (
+        "import sys\n"
+        "from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array\n"
+        "maps = string_map_array([{'k': 'v'}, {'a': 'b', 'c': 'd'}, None])\n"
+        "assert 'pandas' not in sys.modules\n"
+        "string_dicts(string_map_array([*string_dicts(maps.slice(1)), None]))\n"
+        "print('pandas' in sys.modules)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "False"
