@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_conduit.engine.processors.custom_python import ARROW_SCHEMA, make_mapper
+from airflow_conduit.engine.processors.custom_python import arrow_schema, make_mapper
 
 SCRIPT = 'function process(record) { record.Payload.After.env = "prod"; return record; }'
 
@@ -32,17 +32,7 @@ def tag(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-_TYPES = {
-    "binary": pa.binary(),
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "bigint": pa.int64(),
-    "map<string,string>": pa.map_(pa.string(), pa.string()),
-}
-SCHEMA = pa.schema(
-    [pa.field(name, _TYPES[kind]) for name, kind in (c.split(" ", 1) for c in ARROW_SCHEMA.split(", "))]
-)
+SCHEMA = arrow_schema()
 
 
 def batches(records: int, size: int) -> list[pa.RecordBatch]:

@@ -7,20 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_conduit.engine.processors.custom_python import ARROW_SCHEMA
+from airflow_conduit.engine.processors.custom_python import arrow_schema
 
-_ARROW_TYPES = {
-    "binary": pa.binary(),
-    "string": pa.string(),
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "bigint": pa.int64(),
-    "map<string,string>": pa.map_(pa.string(), pa.string()),
-    "array<int>": pa.list_(pa.int32()),
-}
-SCHEMA = pa.schema(
-    [pa.field(name, _ARROW_TYPES[kind]) for name, kind in (c.split(" ", 1) for c in ARROW_SCHEMA.split(", "))]
-)
+SCHEMA = arrow_schema()
 
 
 def arrow_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:

@@ -42,6 +42,22 @@ from airflow_conduit.record import (
 
 # Structured values cross to Python as JSON text, as sources yield them.
 ARROW_SCHEMA = f"{SOURCE_SCHEMA}, {INTERNAL_SCHEMA}, _active boolean"
+_ARROW_TYPES = {
+    "binary": pa.binary(),
+    "string": pa.string(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "bigint": pa.int64(),
+    "map<string,string>": pa.map_(pa.string(), pa.string()),
+    "array<int>": pa.list_(pa.int32()),
+}
+
+
+def arrow_schema() -> pa.Schema:
+    """:data:`ARROW_SCHEMA` as the Arrow schema of the batches a mapper gets (for tests and
+    benchmarks that make them without Spark)."""
+    columns = (column.split(" ", 1) for column in ARROW_SCHEMA.split(", "))
+    return pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in columns])
 
 
 def load_function(reference: str, path: str | None) -> Callable[..., Any]:
