@@ -188,8 +188,7 @@ class ArrowRecords:
         c["key_json"][i], c["key_raw"][i] = _data_out(record.get("key"))
         c["before_json"][i], c["before_raw"][i] = _data_out(payload.get("before"))
         c["after_json"][i], c["after_raw"][i] = _data_out(payload.get("after"))
-        if len(self.changed) < len(_STORED):
-            self.changed.update(_STORED)
+        self.changed.update(_STORED)  # 54 ns a record: no shortcut that assumes what else is marked
 
     def mark(self, i: int, state: str, error: str | None, node: str) -> None:
         self.columns["_state"][i], self.columns["_error"][i], self.columns["_node"][i] = state, error, node
