@@ -64,8 +64,10 @@ RECORD_SCHEMA = (
     f"before variant, before_raw binary, after variant, after_raw binary, {INTERNAL_SCHEMA}"
 )
 
-HEAD_PIECE_SQL = "NOT exists(_piece, i -> i != 0)"
-"""True for the one row that stands for its source record (the first piece, or the record unsplit)."""
+HEAD_PIECE_SQL = "coalesce(array_max(_piece), 0) = 0 AND coalesce(array_min(_piece), 0) = 0"
+"""True for the one row that stands for its source record (the first piece, or the record unsplit): all
+of ``_piece``'s indices are 0. (Not ``NOT exists(_piece, i -> i != 0)``: a lambda has no generated code,
+so Spark would split the batch's generated code around it.)"""
 ORDER_COLUMNS = ("_seq", "_piece")
 """Source order of the rows of a micro-batch, pieces of one record in their order."""
 

@@ -1,7 +1,7 @@
 """One micro-batch: processors, acks and nacks, destinations and the DLQ (``foreachBatch``).
 
-In the common case the batch is computed once: destinations stage their writes (invisible) while a
-Spark ``observe`` counts the records by state in the same pass. Only then does the driver decide: a
+In the common case the batch is computed once: destinations stage their writes (invisible) while the
+records are counted by state in the same pass (:mod:`.tally`). Only then does the driver decide: a
 processor that asked to stop, or a nack past the DLQ window, discards the staged writes and stops the
 pipeline; otherwise the DLQ is written and every staged write published. Spark commits the batch only
 after this function returns, i.e. after every destination and the DLQ hold it: that is the in-order ack.
@@ -31,6 +31,7 @@ from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records
 from airflow_conduit.engine.once import computed_once, release
 from airflow_conduit.engine.processors import apply_all, is_pure
+from airflow_conduit.engine.tally import FILTERED_RECORDS, TOTAL, StateTally
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
     HEAD_PIECE_SQL,
@@ -61,8 +62,8 @@ def state_counts() -> list[Column]:
     first piece); by state: the rows (a stop or nack of any piece counts)."""
     head = F.expr(HEAD_PIECE_SQL)
     counts = [
-        F.count(F.when(head, 1)).alias("total"),
-        F.count(F.when(head & (F.col("_state") == STATE_FILTERED), 1)).alias("filtered_records"),
+        F.count(F.when(head, 1)).alias(TOTAL),
+        F.count(F.when(head & (F.col("_state") == STATE_FILTERED), 1)).alias(FILTERED_RECORDS),
     ]
     return counts + [F.count(F.when(F.col("_state") == s, 1)).alias(s) for s in STATES]
 
@@ -94,8 +95,8 @@ class _DestinationWrite:
     """The destination's records after its own processors, all states."""
     written: Observation | None
     """Counts the rows it is given; ``None``: it is given every open row of the batch, which the batch's
-    own state counts hold. (An observation splits Spark's generated code: the states' observation costs
-    a running pipeline about 0.5 s of a 1M-record batch's 3.9 s.)"""
+    own state counts hold. (An observation splits Spark's generated code, about 0.5 s of a 1M-record
+    batch: see :mod:`.tally`.)"""
     states: Observation | None = None
     """Set when the destination has processors, which may nack or stop records."""
     staged: Staged | None = None
@@ -186,8 +187,8 @@ class _Batch:
     batch_id: int
     records: DataFrame
     observed: DataFrame
-    """``records`` under the observation ``seen``: the write that runs the batch reads this one."""
-    seen: Observation
+    """``records`` counted by ``tally``: the write that runs the batch reads this one."""
+    tally: StateTally
     observer: int | None
     """The destination whose write carries ``observed``; ``None``: a ``noop`` write runs it."""
     writes: list[_DestinationWrite]
@@ -289,10 +290,10 @@ class BatchProcessor:
                 records = held.add(
                     computed_once(batch_records(batch, self.pipeline, self.context, read_at_ns))
                 )
-        seen = Observation(f"conduit-{self.pipeline.id}-{batch_id}")
-        observed = records.observe(seen, *self.state_counts)
-        # The counts ride on a write that runs the batch; not one under the destination's own
-        # processors: an observe inside a lazily checkpointed plan reports before any row is computed.
+        tally = StateTally(batch.sparkSession, STATES)
+        observed = tally.tallied(records)
+        # The counts ride on a write that runs the batch (once, while it stages), not on one under the
+        # destination's own processors.
         observer = next(
             (i for i, d in enumerate(destinations) if d.spec.writes_on_stage and not d.processors),
             None,
@@ -301,7 +302,7 @@ class BatchProcessor:
             self._destination_frame(observed if i == observer else records, d, held, decision)
             for i, d in enumerate(destinations)
         ]
-        return _Batch(batch_id, records, observed, seen, observer, writes, held, decision, decision_hash)
+        return _Batch(batch_id, records, observed, tally, observer, writes, held, decision, decision_hash)
 
     def stage(self, current: _Batch) -> None:
         """Run the batch: every destination stages its write (invisible), and the records are counted
@@ -311,7 +312,15 @@ class BatchProcessor:
             self._stage(write, current.batch_id)
         if current.observer is None or writes[current.observer].skipped:
             current.observed.write.format("noop").mode("overwrite").save()
-        current.states = counts_of(current.seen)
+        counted = current.tally.counts()
+        if counted is None:
+            logger.warning(
+                "%s: batch %d had a partition computed twice while it staged; its records are counted again",
+                self.pipeline.id,
+                current.batch_id,
+            )
+            counted = Counter(current.records.agg(*self.state_counts).collect()[0].asDict())
+        current.states = counted
 
     def decide(self, current: _Batch) -> _Verdict:
         """Stop if a processor asked to, gather the nacks, check the DLQ window and stage the DLQ; log

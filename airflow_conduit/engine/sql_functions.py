@@ -97,10 +97,28 @@ def register_functions(spark: SparkSession) -> None:
     jvm: Any = spark._jvm
     context: Any = spark.sparkContext
     context._jsc.addJar(str(jar))
-    urls = context._gateway.new_array(jvm.java.net.URL, 1)
-    urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
-    loader = jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
     for name, (class_name, returns) in FUNCTIONS.items():
-        function = loader.loadClass(class_name).getDeclaredConstructor(None).newInstance(None)
+        function = function_class(spark, class_name).getDeclaredConstructor(None).newInstance(None)
         returned = jvm.org.apache.spark.sql.types.DataType.fromDDL(returns)
         spark._jsparkSession.udf().register(name, function, returned)
+
+
+_LOADERS: dict[tuple[str, Path], Any] = {}
+"""The driver's class loader of the jar, per Spark application and jar."""
+
+
+def function_class(spark: SparkSession, class_name: str) -> Any:
+    """A class of the compiled jar as the driver loads it (a Py4J ``java.lang.Class``); the executors
+    load it from the jar :func:`register_functions` added to the context."""
+    jar = functions_jar(spark)
+    key = (spark.sparkContext.applicationId, jar)
+    loader = _LOADERS.get(key)
+    if loader is None:
+        jvm: Any = spark._jvm
+        context: Any = spark.sparkContext
+        urls = context._gateway.new_array(jvm.java.net.URL, 1)
+        urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
+        loader = _LOADERS[key] = jvm.java.net.URLClassLoader(
+            urls, jvm.Thread.currentThread().getContextClassLoader()
+        )
+    return loader.loadClass(class_name)

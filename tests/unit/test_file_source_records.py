@@ -97,3 +97,26 @@ def test_a_range_read_in_blocks_gives_the_records_of_one_read(tmp_path, monkeypa
     assert [r["after_raw"].decode() for r in blocks] == [line.removesuffix("\r") for line in lines]
     offsets = [int(r["position"].rsplit(b":", 1)[1]) for r in blocks]
     assert offsets == [sum(len(x) + 1 for x in lines[:i]) for i in range(len(lines))]
+
+
+def test_a_range_is_cut_into_even_pieces_at_line_boundaries(tmp_path):
+    """No piece of a few lines beside full ones: each costs a Spark task's fixed time."""
+    events = tmp_path / "events.txt"
+    events.write_text("".join(f"line {i:06d} " + "x" * (i % 53) + "\n" for i in range(40_000)))
+    size = events.stat().st_size
+    data = events.read_bytes()
+    piece = size // 8
+
+    def cut(start: int, end: int, by: int) -> list[tuple[int, int]]:
+        ranges = file_source.split_range(str(events), start, end, by)
+        assert ranges[0][0] == start and ranges[-1][1] == end
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))  # contiguous
+        assert all(data[b - 1 : b] == b"\n" for _, b in ranges)  # each ends a line
+        return ranges
+
+    assert len(cut(0, size, size - size // 20)) == 1  # a little over a piece: one range, not two
+    ranges = cut(0, size, piece)
+    assert len(ranges) == 8
+    lengths = [b - a for a, b in ranges]
+    assert max(lengths) - min(lengths) < 200  # even, to a line or so
+    assert len(cut(1000, size, size // 3)) == 3

@@ -115,16 +115,20 @@ def count_lines(path: str, start: int, stop: int) -> int:
 
 
 def split_range(path: str, start: int, end: int, piece: int) -> list[tuple[int, int]]:
-    """Cut ``[start, end)`` into pieces of about ``piece`` bytes at line boundaries."""
+    """Cut ``[start, end)`` at line boundaries into pieces of equal size, as many as ``piece`` bytes
+    each makes, rounded (at least one). Not pieces of ``piece`` bytes and a remainder: a file a little
+    over ``piece`` would give a second task of a few lines, which costs a task's fixed 0.1 s (measured:
+    8.5 MB files under an 8 MB piece gave 8 tasks of 1,660 records beside 8 of 123,000)."""
+    count = max(1, int((end - start) / piece + 0.5))
     pieces, cursor = [], start
     with open(path, "rb") as fh:
-        while end - cursor > piece:
-            fh.seek(cursor + piece)
-            tail = fh.read(min(end - cursor - piece, 1 << 20))
-            newline = tail.find(b"\n")
+        for k in range(1, count):
+            target = max(cursor, start + (end - start) * k // count)
+            fh.seek(target)
+            newline = fh.read(min(end - target, 1 << 20)).find(b"\n")
             if newline < 0:
                 break
-            cut = cursor + piece + newline + 1
+            cut = target + newline + 1
             if cut >= end:
                 break
             pieces.append((cursor, cut))

@@ -12,6 +12,10 @@
  * replaced where the key is there); anything but an object counts as an empty one, and a NULL value
  * sets a JSON null. What to_variant_object(map_concat(the object as a map, map(key, value))) gives,
  * without building the map: the fields are copied into a new object as they are.
+ *
+ * StateTally (airflow_conduit/engine/tally.py): not a named function but one instance per micro-batch,
+ * a UDF that passes a row's state through and counts it into Spark accumulators, so that the batch's
+ * write counts its records by state inside Spark's generated code (an observe splits that code).
  */
 package org.airflowconduit;
 
@@ -127,6 +131,52 @@ public final class ConduitFunctions {
       builder.finishWritingObject(start, fields);
       Variant result = builder.result();
       return new VariantVal(result.getValue(), result.getMetadata());
+    }
+  }
+
+  public static final class StateTally implements org.apache.spark.sql.api.java.UDF2 {
+    private final String[] states;
+    private final org.apache.spark.util.LongAccumulator[] counts;
+    private final org.apache.spark.util.LongAccumulator heads;
+    private final org.apache.spark.util.LongAccumulator filteredHeads;
+    private final org.apache.spark.util.CollectionAccumulator partitions;
+    private final String filtered;
+    private transient boolean started;
+
+    /** counts[i] counts the rows in states[i]; heads and filteredHeads the rows that stand for their
+     * source record (all, and those in the state named filtered); partitions gets the partition of
+     * each task that computes a row, so that a partition computed twice is seen. */
+    public StateTally(
+        String[] states,
+        org.apache.spark.util.LongAccumulator[] counts,
+        org.apache.spark.util.LongAccumulator heads,
+        org.apache.spark.util.LongAccumulator filteredHeads,
+        org.apache.spark.util.CollectionAccumulator partitions,
+        String filtered) {
+      this.states = states;
+      this.counts = counts;
+      this.heads = heads;
+      this.filteredHeads = filteredHeads;
+      this.partitions = partitions;
+      this.filtered = filtered;
+    }
+
+    public Object call(Object state, Object head) {
+      if (!started) {
+        started = true;
+        partitions.add(Integer.valueOf(org.apache.spark.TaskContext.getPartitionId()));
+      }
+      boolean first = head != null && ((Boolean) head).booleanValue();
+      if (first) heads.add(1L);
+      if (state == null) return null;
+      for (int i = 0; i < states.length; i++) {
+        if (states[i].equals(state)) {
+          counts[i].add(1L);
+          if (first && filtered.equals(state)) filteredHeads.add(1L);
+          break;
+        }
+      }
+      return state;
     }
   }
 }
