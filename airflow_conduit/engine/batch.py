@@ -28,7 +28,7 @@ from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of, plugins
 from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
-from airflow_conduit.engine.intake import batch_records
+from airflow_conduit.engine.intake import batch_records, read_sources
 from airflow_conduit.engine.once import computed_once, release
 from airflow_conduit.engine.processors import apply_all, is_pure
 from airflow_conduit.engine.tally import FILTERED_RECORDS, TOTAL, StateTally
@@ -280,6 +280,8 @@ class BatchProcessor:
             # so cheaper to store; pure processors give the same result on each action), or none at all
             # when even the source gives the same rows again (see _Purity.unstored).
             read_at_ns = logged.timestamp_ms * 1_000_000
+            batch, read_directly = read_sources(batch, self.pipeline.sources, self.state, batch_id)
+            self.counters.source_rows.update(read_directly)
             if self.purity.unstored:
                 records = batch_records(batch, self.pipeline, self.context, read_at_ns)
             elif self.purity.pipeline:

@@ -28,6 +28,9 @@ class RunCounters:
     dlq_first_position: str | None = None
     dlq_last_position: str | None = None
     dlq_errors: Counter[str] = field(default_factory=Counter)
+    source_rows: Counter[str] = field(default_factory=Counter)
+    """Records read per source node by the engine itself (sources it reads from their offsets, whose
+    rows Spark's progress does not count), summed over the run."""
     destination_bytes: Counter[str] = field(default_factory=Counter)
     """Bytes published per destination node, for destinations that write files (summed over the run)."""
     last_destination_seconds: dict[str, float] = field(default_factory=dict)

@@ -12,6 +12,8 @@ cost about 0.6 s more per million records.)
 from __future__ import annotations
 
 import dataclasses
+from functools import reduce
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -22,6 +24,7 @@ from airflow_conduit.config.settings.sdk import SourceSdkSettings
 from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors import apply_all
+from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.record import (
     DATA_FIELDS,
     META_READ_AT,
@@ -61,14 +64,15 @@ def admitted_sources(pipeline: PipelineConfig, *, nothing_stored: bool) -> tuple
     )
 
 
-def source_stream(
-    spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState
-) -> DataFrame:
-    """One source's stream: the columns of :data:`~airflow_conduit.record.SOURCE_SCHEMA` (a column the
-    source does not yield holds its default) and ``_src``, the source's index in the pipeline."""
-    parallelism = spark.sparkContext.defaultParallelism
-    ctx = SourceContext(source.id, source.node_id, str(state.stop_file), parallelism)
-    raw = plugins.read_stream(spark, source, ctx)
+def _context(spark: SparkSession, source: ConnectorConfig, state: PipelineState) -> SourceContext:
+    return SourceContext(
+        source.id, source.node_id, str(state.stop_file), spark.sparkContext.defaultParallelism
+    )
+
+
+def _shaped(raw: DataFrame, index: int, source: ConnectorConfig, state: PipelineState) -> DataFrame:
+    """The columns of :data:`~airflow_conduit.record.SOURCE_SCHEMA` (a column the source does not yield
+    holds its default) and ``_src``, without the records ``airflow-conduit ack`` acknowledged."""
     acked = state.acked_positions(source.id)
     if acked:
         # Poison records acknowledged by `airflow-conduit ack`: skipped, never processed nor written;
@@ -79,6 +83,46 @@ def source_stream(
     return raw.selectExpr(
         *(_source_column(name, given) for name in SOURCE_TYPES), f"CAST({index} AS INT) AS _src"
     )
+
+
+def source_stream(
+    spark: SparkSession, index: int, source: ConnectorConfig, state: PipelineState
+) -> DataFrame:
+    """One source's stream: :func:`_shaped`, ``_src`` being the source's index in the pipeline."""
+    return _shaped(plugins.read_stream(spark, source, _context(spark, source, state)), index, source, state)
+
+
+def read_sources(
+    batch: DataFrame, sources: tuple[ConnectorConfig, ...], state: PipelineState, batch_id: int
+) -> tuple[DataFrame, dict[str, int]]:
+    """The micro-batch's rows (the fan-in of :func:`source_stream`): a source the engine reads itself
+    (:func:`~airflow_conduit.engine.connectors.plugins.reads_batches`) is read from the batch's offsets
+    in Spark's offset log, the others' rows are the stream's. Spark never computes the stream's rows
+    of the former: nothing reads them. Also the records each of the former holds, by source node (Spark's
+    progress does not count them)."""
+    direct = [plugins.reads_batches(s) for s in sources]
+    if not any(direct):
+        return batch, {}
+    spark = batch.sparkSession
+    contexts = [_context(spark, s, state) for s in sources]
+    log = OffsetLog.of(state)
+
+    def initial(i: int) -> Any:
+        if not direct[i]:
+            return None  # its rows are the stream's: no need to ask it (a connection, perhaps)
+        reader = plugins.stream_reader(sources[i], contexts[i])
+        assert reader is not None, "a source read from its offsets has a stream reader"
+        return reader.initialOffset()
+
+    ranges = log.ranges(batch_id, len(sources), initial)
+    parts = [
+        _shaped(plugins.read_batch(spark, source, contexts[i], *ranges[i]), i, source, state)
+        if direct[i]
+        else batch.filter(f"_src = {i}")
+        for i, source in enumerate(sources)
+    ]
+    read = {s.node_id: plugins.records_between(s, *ranges[i]) for i, s in enumerate(sources) if direct[i]}
+    return reduce(DataFrame.unionByName, parts), read
 
 
 def _standard_metadata(pipeline: PipelineConfig, read_at_ns: int) -> str:

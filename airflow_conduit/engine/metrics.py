@@ -124,7 +124,9 @@ class _Families:
         )
         self.source_rows = Counter(
             "conduit_spark_source_rows_total",
-            "Rows Spark read per streaming source (from the query's progress).",
+            "Rows read per streaming source: Spark's, from the query's progress (source: Spark's "
+            "description of it), and the engine's own reads (source: the source's node id, for "
+            "builtin:file, which the engine reads from the batch's offsets).",
             [*BASE, "source"],
             registry=r,
         )
@@ -215,6 +217,7 @@ class PipelineMetrics:
         self._records: dict[str, int] = dict.fromkeys(RECORD_STATES, 0)
         self._written: dict[str, int] = {}
         self._connector_bytes: dict[str, int] = {}
+        self._source_rows: dict[str, int] = {}
         self._batches = 0
         self._last_committed_batch: int | None = None
         self._last_progress_batch: int | None = None
@@ -276,6 +279,9 @@ class PipelineMetrics:
             published = {str(k): int(v) for k, v in counters.destination_bytes.items()}
             _mirror(self._m.connector_bytes, self._connector, self._connector_bytes, published)
             self._connector_bytes = published
+            read_directly = {str(k): int(v) for k, v in counters.source_rows.items()}
+            _mirror(self._m.source_rows, lambda node: (self._pid, node), self._source_rows, read_directly)
+            self._source_rows = read_directly
             if self._records["dlq"] > previous_dlq:
                 self._observe_dlq_lines()
         self.write()

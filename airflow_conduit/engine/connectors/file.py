@@ -341,6 +341,52 @@ def read_stream(spark: SparkSession, settings: FileSourceSettings, ctx: SourceCo
     return read_python_source(spark, FileDataSource, FileSource.from_settings(settings), ctx, SCHEMA)
 
 
+RANGES_CLASS = "org.airflowconduit.ConduitFunctions$FileRanges"
+_RANGE_ROWS = "r int, offset bigint, line bigint, after_raw binary"
+
+
+def read_batch(
+    spark: SparkSession, settings: FileSourceSettings, ctx: SourceContext, start: Any, end: Any
+) -> DataFrame:
+    """The records between two of the stream's offsets (a micro-batch's, from Spark's offset log), read
+    by the engine's Java reader (``FileRanges`` in ``engine/java``) from the ranges the stream reader
+    plans: the same rows as :meth:`FileStreamReader.read`, without Spark's Python data source, whose
+    Arrow round trip cost about 0.6 s of a 1M-record batch of 3 s (measured as batch jobs, 4 rounds:
+    2.36 against 2.98 s)."""
+    from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+    from airflow_conduit.config.fieldref import sql_string
+    from airflow_conduit.engine.sql_functions import function_class
+
+    ranges = [r for r in stream_reader(settings, ctx).partitions(start, end) if isinstance(r, _FileRange)]
+    if not ranges:
+        return spark.createDataFrame([], SCHEMA)
+    context: Any = spark.sparkContext
+    specs = [f"{i}\t{r.start}\t{r.end}\t{r.first_line}\t{r.path}" for i, r in enumerate(ranges)]
+    lines = context._jsc.parallelize(specs, len(specs)).flatMap(
+        function_class(spark, RANGES_CLASS).getDeclaredConstructor(None).newInstance(None)
+    )
+    jschema = spark._jsparkSession.parseDataType(spark.createDataFrame([], _RANGE_ROWS).schema.json())
+    rows = ClassicDataFrame(spark._jsparkSession.internalCreateDataFrame(lines.rdd(), jschema, False), spark)
+
+    def per_range(values: list[str]) -> str:
+        return f"element_at(array({', '.join(sql_string(v) for v in values)}), r + 1)"
+
+    return rows.selectExpr(
+        f"CAST(concat({per_range([f'{r.name}:' for r in ranges])}, CAST(offset AS STRING)) AS BINARY) AS position",
+        f"map({sql_string(META_FILE_PATH)}, {per_range([r.shown_path for r in ranges])}) AS metadata",
+        "CAST(CAST(line AS STRING) AS BINARY) AS key_raw",
+        "after_raw",
+    )
+
+
+def records_between(start: Any, end: Any) -> int:
+    """How many records (lines) lie between two of the stream's offsets: each holds the lines before
+    each file's byte offset."""
+    before = start.get("lines") or {}
+    return sum(int(lines) - int(before.get(name, 0)) for name, lines in (end.get("lines") or {}).items())
+
+
 def stream_reader(settings: FileSourceSettings, ctx: SourceContext) -> FileStreamReader:
     """The stream reader as Spark builds it, for ``inspect`` in plain Python."""
     return FileStreamReader(source_options(FileSource.from_settings(settings), ctx))

@@ -23,6 +23,28 @@ def read_stream(spark: SparkSession, source: ConnectorConfig, ctx: SourceContext
     return frame
 
 
+def reads_batches(source: ConnectorConfig) -> bool:
+    """Whether the engine reads the source's micro-batches itself, from their offsets
+    (:func:`read_batch`), rather than through the rows of Spark's stream."""
+    return hasattr(spec_of(source.plugin, "source").implementation(), "read_batch")
+
+
+def read_batch(
+    spark: SparkSession, source: ConnectorConfig, ctx: SourceContext, start: Any, end: Any
+) -> DataFrame:
+    """The source's records between two of its stream's offsets (see :func:`reads_batches`)."""
+    frame: DataFrame = (
+        spec_of(source.plugin, "source").implementation().read_batch(spark, source.settings, ctx, start, end)
+    )
+    return frame
+
+
+def records_between(source: ConnectorConfig, start: Any, end: Any) -> int:
+    """How many records :func:`read_batch` reads between two offsets (before ``airflow-conduit ack``
+    skips any)."""
+    return int(spec_of(source.plugin, "source").implementation().records_between(start, end))
+
+
 def stream_reader(source: ConnectorConfig, ctx: SourceContext) -> Any | None:
     """The source's Spark stream reader, built as Spark builds it, for use in plain Python; ``None``
     when the plugin cannot be read that way (:attr:`~airflow_conduit.config.spec.PluginSpec.inspectable`)."""

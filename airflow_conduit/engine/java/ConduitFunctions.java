@@ -16,6 +16,11 @@
  * StateTally (airflow_conduit/engine/tally.py): not a named function but one instance per micro-batch,
  * a UDF that passes a row's state through and counts it into Spark accumulators, so that the batch's
  * write counts its records by state inside Spark's generated code (an observe splits that code).
+ *
+ * FileRanges (airflow_conduit/engine/connectors/file.py): the builtin:file source's byte ranges of a
+ * micro-batch, read into rows (range, offset, line number, line) on the executors, as the Python
+ * stream reader reads them (lines end at a newline, a carriage return before it is not part of the
+ * line), without Spark's Python data source and its Arrow round trip.
  */
 package org.airflowconduit;
 
@@ -177,6 +182,98 @@ public final class ConduitFunctions {
         }
       }
       return state;
+    }
+  }
+
+  public static final class FileRanges implements org.apache.spark.api.java.function.FlatMapFunction {
+    /** spec: "RANGE\tSTART\tEND\tFIRST_LINE\tPATH"; the rows come as the iterator is read, a block
+     * of 4 MB at a time (a line longer than the block grows it), so a task's memory stays the same
+     * whatever the range's size. */
+    public java.util.Iterator call(Object spec) throws Exception {
+      String[] f = ((String) spec).split("\t", 5);
+      return new Lines(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3]), f[4]);
+    }
+
+    static final class Lines implements java.util.Iterator {
+      private final Integer range;
+      private final java.io.RandomAccessFile file;
+      private long left;
+      private long offset;
+      private long line;
+      private byte[] buf = new byte[4 << 20];
+      private int pos;
+      private int lim;
+      private int scanned;
+      private Object pending;
+      private boolean closed;
+
+      Lines(int range, long start, long end, long firstLine, String path) throws java.io.IOException {
+        this.range = Integer.valueOf(range);
+        this.file = new java.io.RandomAccessFile(path, "r");
+        this.file.seek(start);
+        this.left = end - start;
+        this.offset = start;
+        this.line = firstLine;
+      }
+
+      public boolean hasNext() {
+        if (pending == null) pending = advance();
+        return pending != null;
+      }
+
+      public Object next() {
+        if (!hasNext()) throw new java.util.NoSuchElementException();
+        Object row = pending;
+        pending = null;
+        return row;
+      }
+
+      private Object advance() {
+        try {
+          while (true) {
+            for (int i = scanned; i < lim; i++) {
+              if (buf[i] == 10) {
+                int stop = i > pos && buf[i - 1] == 13 ? i - 1 : i;
+                byte[] value = java.util.Arrays.copyOfRange(buf, pos, stop);
+                Object[] fields = new Object[] {range, Long.valueOf(offset), Long.valueOf(line), value};
+                offset += i + 1 - pos;
+                line++;
+                pos = i + 1;
+                scanned = pos;
+                return new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(fields);
+              }
+            }
+            scanned = lim;
+            if (left <= 0 || closed) {
+              close();
+              return null;
+            }
+            if (pos > 0) {
+              System.arraycopy(buf, pos, buf, 0, lim - pos);
+              lim -= pos;
+              scanned -= pos;
+              pos = 0;
+            }
+            if (lim == buf.length) buf = java.util.Arrays.copyOf(buf, buf.length * 2);
+            int n = file.read(buf, lim, (int) Math.min(buf.length - lim, left));
+            if (n <= 0) {
+              close();
+              return null;
+            }
+            left -= n;
+            lim += n;
+          }
+        } catch (java.io.IOException e) {
+          throw new RuntimeException(e);
+        }
+      }
+
+      private void close() throws java.io.IOException {
+        if (!closed) {
+          closed = true;
+          file.close();
+        }
+      }
     }
   }
 }
