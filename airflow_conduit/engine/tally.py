@@ -57,15 +57,12 @@ class StateTally:
         for i, argument in enumerate(arguments):
             java_arguments[i] = argument
         [constructor] = function_class(spark, TALLY_CLASS).getConstructors()
-        tally = constructor.newInstance(java_arguments)
-        string = jvm.org.apache.spark.sql.types.DataTypes.StringType
-        self._udf = jvm.org.apache.spark.sql.functions.udf(tally, string).asNondeterministic()
-        self._jvm = jvm
+        self._tally = constructor.newInstance(java_arguments)
 
     def tallied(self, records: DataFrame) -> DataFrame:
         """``records`` with ``_state`` counted as each row is computed (once per row, by any action)."""
-        given = [F.col("_state")._jc, F.expr(HEAD_PIECE_SQL)._jc]
-        column: Column = ClassicColumn(self._udf.apply(self._jvm.PythonUtils.toSeq(given)))
+        counted = self._tally.column(F.col("_state")._jc, F.expr(HEAD_PIECE_SQL)._jc)
+        column: Column = ClassicColumn(counted)
         return records.withColumn("_state", column)
 
     def counts(self) -> Counter[str] | None:

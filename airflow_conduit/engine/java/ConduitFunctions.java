@@ -166,6 +166,16 @@ public final class ConduitFunctions {
       this.filtered = filtered;
     }
 
+    /** The counting column, non-deterministic so that Spark computes it once per row where it stands.
+     * Built here, not through Py4J: Py4J may pick functions.udf(Object, DataType), Spark's untyped
+     * Scala UDF, which Spark refuses (seen once in a driver started without the class archive). */
+    public org.apache.spark.sql.Column column(org.apache.spark.sql.Column state, org.apache.spark.sql.Column head) {
+      org.apache.spark.sql.api.java.UDF2 self = this;
+      org.apache.spark.sql.expressions.UserDefinedFunction udf =
+          org.apache.spark.sql.functions.udf(self, org.apache.spark.sql.types.DataTypes.StringType);
+      return udf.asNondeterministic().apply(new org.apache.spark.sql.Column[] {state, head});
+    }
+
     public Object call(Object state, Object head) {
       if (!started) {
         started = true;
