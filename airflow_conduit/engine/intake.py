@@ -7,6 +7,10 @@ yield and ``_src``; parsing, the standard metadata, the internal columns and the
 part of the micro-batch's plan, where Spark fuses them with the pipeline's processors and the writes and
 computes only what is used. (Measured on the throughput benchmark: building the records in the stream
 cost about 0.6 s more per million records.)
+
+A source whose plugin can read a batch from its offsets (``builtin:file``) is read that way instead
+(:func:`read_sources`): Spark's stream only decides the batch's offsets, and the engine reads the
+records between them in the micro-batch's own plan.
 """
 
 from __future__ import annotations
