@@ -103,17 +103,19 @@ def register_functions(spark: SparkSession) -> None:
         spark._jsparkSession.udf().register(name, function, returned)
 
 
-_LOADERS: dict[tuple[str, Path], Any] = {}
-"""The driver's class loader of the jar, per Spark application and jar."""
+_LOADERS: dict[str, Any] = {}
+"""The driver's class loader of the jar, per Spark application (its jar does not change while it
+runs): the tally and the file reader ask for their classes every micro-batch, and finding the jar
+reads and hashes the Java source."""
 
 
 def function_class(spark: SparkSession, class_name: str) -> Any:
     """A class of the compiled jar as the driver loads it (a Py4J ``java.lang.Class``); the executors
     load it from the jar :func:`register_functions` added to the context."""
-    jar = functions_jar(spark)
-    key = (spark.sparkContext.applicationId, jar)
+    key = spark.sparkContext.applicationId
     loader = _LOADERS.get(key)
     if loader is None:
+        jar = functions_jar(spark)
         jvm: Any = spark._jvm
         context: Any = spark.sparkContext
         urls = context._gateway.new_array(jvm.java.net.URL, 1)
