@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.jvm import cache_dir
-from airflow_conduit.record import VARIANT_JSON_FUNCTION, VARIANT_SET_FUNCTION
+from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION, VARIANT_SET_FUNCTION
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -39,6 +39,7 @@ SOURCE = Path(__file__).with_name("java") / "ConduitFunctions.java"
 FUNCTIONS = {
     VARIANT_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantJson", "string"),
     VARIANT_SET_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantSet", "variant"),
+    TRY_PARSE_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$TryParseJson", "variant"),
 }
 """Each SQL function's name, the class that computes it (a Java ``UDF1``, ``UDF2``, ...) and the type it
 returns."""

@@ -460,6 +460,12 @@ def test_the_engines_variant_json_is_to_json_for_every_variant_type(spark):
         '""',
         json.dumps(ESCAPED_TEXT),
         json.dumps({ESCAPED_TEXT: ESCAPED_TEXT, "": []}),
+        # Sizes past one byte: long strings and keys, objects and arrays of over 255 entries, field
+        # ids and key offsets of two bytes (each has its own layout in the binary format).
+        json.dumps(ESCAPED_TEXT * 5),
+        json.dumps({f"key {i} é": [i, f"v{i}"] for i in range(300)}),
+        json.dumps([{"x": i} for i in range(300)]),
+        json.dumps({"k" * 300: {"nested": ["a" * 70, {"deep": [None, True, 1.5e-7]}]}}),
     ]
     casts = [
         "cast(cast('NaN' AS double) AS variant)",

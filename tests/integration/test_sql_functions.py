@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import zipfile
 
 from airflow_conduit.engine import sql_functions
-from airflow_conduit.record import VARIANT_JSON_FUNCTION
+from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION
+from tests.conftest import ESCAPED_TEXT
 
 
 def test_the_jar_is_compiled_once_into_the_cache_and_reused(spark, tmp_path, monkeypatch):
@@ -39,3 +41,79 @@ def test_the_functions_are_registered_once_per_session(spark):
     sql_functions.register_functions(clone)
     [row] = clone.sql(f"SELECT {VARIANT_JSON_FUNCTION}(parse_json('[\"a\\\\tb\", 1]')) AS j").collect()
     assert row.j == '["a\\tb",1]'
+
+
+def _try_parse_json_cases() -> list[bytes]:
+    """JSON documents of every shape the engine's reader takes itself, and the ones it leaves to
+    Spark: bad syntax, exponents, long numbers, surrogates, bytes that are not UTF-8, duplicates."""
+    texts = [
+        '{"id": 7, "kind": "refund", "amount": 473.93, "sku": "S51750"}',
+        ' \t\r\n{ "a" : [ 1 , -2 , 0 , -0 , 0.0 , -0.50 , true , false , null , "" , {} , [] ] } \n',
+        '"top"',
+        "42",
+        "-9",
+        "null",
+        "123456789012345678",  # 18 digits: a long here
+        "1234567890123456789",  # 19: Spark's
+        "-9223372036854775808",
+        "99999999999999999999999",
+        "0.12345678901234567890123456789012345678",  # 38 digits of scale
+        "1.123456789012345678901234567890123456789",  # 39 digits: a double
+        "1e5",
+        "-2.5E-3",
+        json.dumps(ESCAPED_TEXT),
+        json.dumps(ESCAPED_TEXT, ensure_ascii=False),
+        '"\\ud83d\\ude00 pair, \\u00e9, \\/"',
+        '"\\ud800 alone"',
+        '{"k": "v", "k": "w"}',
+        json.dumps({f"key {i} é": [i, f"v{i}" * 20] for i in range(300)}),
+        json.dumps({"k" * 300: {"nested": ["a" * 70, {"deep": [None, True, 1.5]}]}}),
+        "[" * 600 + "]" * 600,
+        "[" * 400 + "1" + "]" * 400,
+        "1 2",
+        '{"a": 1} x',
+        "",
+        "   ",
+        "tru",
+        "nulls",
+        "01",
+        ".5",
+        "+1",
+        "1.",
+        "-",
+        "[1,]",
+        '{"a":1,}',
+        '{"a" 1}',
+        "{'a': 1}",
+        '"raw\ttab"',
+        '"unterminated',
+        '"bad escape \\x"',
+        '"short \\u12"',
+        "NaN",
+    ]
+    cases = [t.encode() for t in texts]
+    cases += [b'"\xff\xfe not utf-8"', b'{"\xc3": 1}', b'"\xe2\x82"', b'"\xed\xa0\x80"', b"\xef\xbb\xbf{}"]
+    return cases
+
+
+def test_try_parse_json_of_bytes_is_spark_s_try_parse_json_to_the_byte(spark):
+    """``conduit_try_parse_json`` gives the very variant (value and metadata bytes) Spark's
+    ``try_parse_json`` gives for the same bytes as text, or NULL where that is NULL, whether its own
+    reader takes the document or leaves it to Spark, and with duplicate keys allowed or not."""
+    cases = _try_parse_json_cases()
+    frame = spark.createDataFrame([(i, c) for i, c in enumerate(cases)], "i int, b binary")
+    for duplicates in ("false", "true"):
+        spark.conf.set("spark.sql.variant.allowDuplicateKeys", duplicates)
+        try:
+            rows = frame.selectExpr(
+                "i", f"{TRY_PARSE_JSON_FUNCTION}(b) AS fast", "try_parse_json(cast(b AS string)) AS plain"
+            ).collect()
+        finally:
+            spark.conf.unset("spark.sql.variant.allowDuplicateKeys")
+        assert len(rows) == len(cases)
+        for row in sorted(rows):
+            fast = None if row.fast is None else (bytes(row.fast.value), bytes(row.fast.metadata))
+            plain = None if row.plain is None else (bytes(row.plain.value), bytes(row.plain.metadata))
+            assert fast == plain, cases[row.i][:80]
+        parsed = sum(row.plain is not None for row in rows)
+        assert 20 < parsed < len(cases)  # both kinds are in the cases

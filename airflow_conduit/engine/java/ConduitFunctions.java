@@ -5,13 +5,19 @@
  *
  * conduit_variant_json(VARIANT) -> STRING: the same text as Spark's to_json of a VARIANT, faster.
  * Spark 4.2's Variant.toJson escapes every string and object key through a new Jackson JsonFactory
- * (about a fifth of a file pipeline's task time, measured with JFR); this walk escapes them itself, as
- * Jackson's default escapes do, and leaves every other scalar to Spark's own Variant.toJson.
+ * (about a fifth of a file pipeline's task time, measured with JFR); this walk writes UTF-8 bytes
+ * straight from the variant's bytes (its strings and keys are UTF-8 already), escapes them as Jackson's
+ * default escapes do, and leaves the rarer scalars (doubles, dates, timestamps, ...) to Spark's own
+ * Variant.toJson.
  *
  * conduit_variant_set(VARIANT, STRING, VARIANT) -> VARIANT: the object with one field set (added, or
  * replaced where the key is there); anything but an object counts as an empty one, and a NULL value
  * sets a JSON null. What to_variant_object(map_concat(the object as a map, map(key, value))) gives,
  * without building the map: the fields are copied into a new object as they are.
+ *
+ * conduit_try_parse_json(BINARY) -> VARIANT: try_parse_json of the bytes as text (json.decode), read
+ * from the UTF-8 bytes themselves: no decoding into a String for Jackson, no Jackson parser per value.
+ * Any document it is not sure to read as Spark does goes to Spark's own parser.
  *
  * StateTally (airflow_conduit/engine/tally.py): not a named function but one instance per micro-batch,
  * a UDF that passes a row's state through and counts it into Spark accumulators, so that the batch's
@@ -33,75 +39,152 @@ public final class ConduitFunctions {
   private ConduitFunctions() {}
 
   public static final class VariantJson implements org.apache.spark.sql.api.java.UDF1 {
-    private static final char[] HEX = "0123456789ABCDEF".toCharArray();
+    private static final byte[] HEX = {
+      (byte) '0', (byte) '1', (byte) '2', (byte) '3', (byte) '4', (byte) '5', (byte) '6', (byte) '7',
+      (byte) '8', (byte) '9', (byte) 'A', (byte) 'B', (byte) 'C', (byte) 'D', (byte) 'E', (byte) 'F'};
 
+    /** The text as UTF-8 bytes, written from the variant's own bytes: its strings and keys are UTF-8
+     * already, so none is decoded into a String and encoded again. */
     public Object call(Object value) {
       if (value == null) return null;
       VariantVal variant = (VariantVal) value;
-      StringBuilder out = new StringBuilder(variant.getValue().length + 16);
-      write(new Variant(variant.getValue(), variant.getMetadata()), out);
-      return out.toString();
+      byte[] data = variant.getValue();
+      Text out = new Text(data.length + (data.length >> 2) + 16);
+      write(data, variant.getMetadata(), 0, out);
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
     }
 
-    private static void write(Variant value, StringBuilder out) {
-      VariantUtil.Type type = value.getType();
-      if (type == VariantUtil.Type.OBJECT) {
-        out.append('{');
-        int size = value.objectSize();
+    /** The value at pos, laid out as the Variant binary format says (its header byte: the basic type
+     * in the low two bits, the type's details above them). */
+    private static void write(byte[] value, byte[] metadata, int pos, Text out) {
+      int header = value[pos] & 0xFF;
+      int basic = header & 3;
+      int info = header >> 2;
+      if (basic == 1) {  // a short string: its length is the header's info
+        quote(value, pos + 1, info, out);
+      } else if (basic == 2) {  // an object: size, field ids, field offsets, then the fields' values
+        int sizeBytes = (info & 16) != 0 ? 4 : 1;
+        int idSize = ((info >> 2) & 3) + 1;
+        int offsetSize = (info & 3) + 1;
+        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
+        int ids = pos + 1 + sizeBytes;
+        int offsets = ids + size * idSize;
+        int data = offsets + (size + 1) * offsetSize;
+        // The metadata: a header (offset size in the top two bits), the key count, its offsets, the keys.
+        int keyOffsetSize = ((metadata[0] >> 6) & 3) + 1;
+        int keyCount = VariantUtil.readUnsigned(metadata, 1, keyOffsetSize);
+        int keys = 1 + (keyCount + 2) * keyOffsetSize;
+        out.put((byte) '{');
         for (int i = 0; i < size; i++) {
-          if (i > 0) out.append(',');
-          Variant.ObjectField field = value.getFieldAtIndex(i);
-          quote(field.key, out);
-          out.append(':');
-          write(field.value, out);
+          if (i > 0) out.put((byte) ',');
+          int id = VariantUtil.readUnsigned(value, ids + i * idSize, idSize);
+          int keyStart = VariantUtil.readUnsigned(metadata, 1 + (id + 1) * keyOffsetSize, keyOffsetSize);
+          int keyEnd = VariantUtil.readUnsigned(metadata, 1 + (id + 2) * keyOffsetSize, keyOffsetSize);
+          quote(metadata, keys + keyStart, keyEnd - keyStart, out);
+          out.put((byte) ':');
+          write(value, metadata, data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize), out);
         }
-        out.append('}');
-      } else if (type == VariantUtil.Type.ARRAY) {
-        out.append('[');
-        int size = value.arraySize();
+        out.put((byte) '}');
+      } else if (basic == 3) {  // an array: size, element offsets, then the elements
+        int sizeBytes = (info & 4) != 0 ? 4 : 1;
+        int offsetSize = (info & 3) + 1;
+        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
+        int offsets = pos + 1 + sizeBytes;
+        int data = offsets + (size + 1) * offsetSize;
+        out.put((byte) '[');
         for (int i = 0; i < size; i++) {
-          if (i > 0) out.append(',');
-          write(value.getElementAtIndex(i), out);
+          if (i > 0) out.put((byte) ',');
+          write(value, metadata, data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize), out);
         }
-        out.append(']');
-      } else if (type == VariantUtil.Type.STRING) {
-        quote(value.getString(), out);
-      } else if (type == VariantUtil.Type.LONG) {
-        out.append(value.getLong());
-      } else if (type == VariantUtil.Type.TIMESTAMP) {
-        // Written in the session's time zone, as to_json writes them.
-        String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
-        out.append(value.toJson(java.time.ZoneId.of(zone)));
+        out.put((byte) ']');
+      } else if (info == 0) {
+        out.ascii("null");
+      } else if (info == 1) {
+        out.ascii("true");
+      } else if (info == 2) {
+        out.ascii("false");
+      } else if (info >= 3 && info <= 6) {  // integers of 1, 2, 4 and 8 bytes
+        out.ascii(Long.toString(VariantUtil.getLong(value, pos)));
+      } else if (info >= 8 && info <= 10) {  // decimals of 4, 8 and 16 bytes
+        out.ascii(VariantUtil.getDecimal(value, pos).toPlainString());
+      } else if (info == 16) {  // a long string: a 4-byte length, then its bytes
+        quote(value, pos + 5, VariantUtil.readUnsigned(value, pos + 1, 4), out);
       } else {
-        out.append(value.toJson(java.time.ZoneOffset.UTC));
+        // The rest (doubles, floats, dates, timestamps, binary, UUIDs): Spark's own text, from a copy
+        // of the value alone (a scalar does not use the metadata). Timestamps in the session's zone,
+        // as to_json writes them.
+        byte[] scalar = java.util.Arrays.copyOfRange(value, pos, pos + VariantUtil.valueSize(value, pos));
+        String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
+        byte[] text = new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone))
+            .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        out.put(text, 0, text.length);
       }
     }
 
-    /* Jackson's default escapes: quote, backslash and the control characters, the common ones short. */
-    private static void quote(String text, StringBuilder out) {
-      out.append('"');
-      int length = text.length();
-      for (int i = 0; i < length; i++) {
-        char c = text.charAt(i);
-        if (c == '"' || c == '\\') {
-          out.append('\\').append(c);
-        } else if (c >= 0x20) {
-          out.append(c);
-        } else if (c == '\n') {
-          out.append("\\n");
-        } else if (c == '\t') {
-          out.append("\\t");
-        } else if (c == '\r') {
-          out.append("\\r");
-        } else if (c == '\b') {
-          out.append("\\b");
-        } else if (c == '\f') {
-          out.append("\\f");
-        } else {
-          out.append("\\u00").append(HEX[c >> 4]).append(HEX[c & 15]);
+    /** A JSON string of UTF-8 bytes with Jackson's default escapes: the quote, the backslash and the
+     * control characters (the common ones short); every other byte as it is. */
+    private static void quote(byte[] text, int start, int length, Text out) {
+      out.put((byte) '"');
+      int end = start + length;
+      int run = start;
+      for (int i = start; i < end; i++) {
+        byte c = text[i];
+        if (c == '"' || c == '\\' || (c >= 0 && c < 0x20)) {
+          out.put(text, run, i - run);
+          run = i + 1;
+          out.put((byte) '\\');
+          if (c == '"' || c == '\\') {
+            out.put(c);
+          } else if (c == '\n') {
+            out.put((byte) 'n');
+          } else if (c == '\t') {
+            out.put((byte) 't');
+          } else if (c == '\r') {
+            out.put((byte) 'r');
+          } else if (c == '\b') {
+            out.put((byte) 'b');
+          } else if (c == '\f') {
+            out.put((byte) 'f');
+          } else {
+            out.ascii("u00");
+            out.put(HEX[c >> 4]);
+            out.put(HEX[c & 15]);
+          }
         }
       }
-      out.append('"');
+      out.put(text, run, end - run);
+      out.put((byte) '"');
+    }
+  }
+
+  /** A growing buffer of bytes (ByteArrayOutputStream's methods are synchronized). */
+  static final class Text {
+    byte[] bytes;
+    int size;
+
+    Text(int capacity) {
+      bytes = new byte[capacity];
+    }
+
+    void put(byte b) {
+      if (size == bytes.length) bytes = java.util.Arrays.copyOf(bytes, bytes.length * 2 + 16);
+      bytes[size++] = b;
+    }
+
+    void put(byte[] from, int start, int length) {
+      if (size + length > bytes.length) {
+        bytes = java.util.Arrays.copyOf(bytes, Math.max(bytes.length * 2, size + length) + 16);
+      }
+      System.arraycopy(from, start, bytes, size, length);
+      size += length;
+    }
+
+    void ascii(String text) {
+      int length = text.length();
+      if (size + length > bytes.length) {
+        bytes = java.util.Arrays.copyOf(bytes, Math.max(bytes.length * 2, size + length) + 16);
+      }
+      for (int i = 0; i < length; i++) bytes[size++] = (byte) text.charAt(i);
     }
   }
 
@@ -136,6 +219,249 @@ public final class ConduitFunctions {
       builder.finishWritingObject(start, fields);
       Variant result = builder.result();
       return new VariantVal(result.getValue(), result.getMetadata());
+    }
+  }
+
+  public static final class TryParseJson implements org.apache.spark.sql.api.java.UDF1 {
+    /** try_parse_json of UTF-8 bytes (a BINARY column; a STRING is encoded first). */
+    public Object call(Object input) {
+      if (input == null) return null;
+      byte[] json = input instanceof byte[]
+          ? (byte[]) input
+          : ((String) input).getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      Variant parsed;
+      try {
+        parsed = new JsonBytes(json).document();
+      } catch (Exception e) {
+        parsed = null;  // a duplicate key, too large a value, ...: Spark's parser decides what it is
+      }
+      if (parsed != null) return new VariantVal(parsed.getValue(), parsed.getMetadata());
+      org.apache.spark.sql.internal.SQLConf conf = org.apache.spark.sql.internal.SQLConf.get();
+      boolean duplicateKeys = ((Boolean) conf.getConf(
+          org.apache.spark.sql.internal.SQLConf.VARIANT_ALLOW_DUPLICATE_KEYS())).booleanValue();
+      boolean validateUnicode = ((Boolean) conf.getConf(
+          org.apache.spark.sql.internal.SQLConf.VARIANT_VALIDATE_UNICODE_IN_JSON_PARSING())).booleanValue();
+      return org.apache.spark.sql.catalyst.expressions.variant.VariantExpressionEvalUtils.parseJson(
+          org.apache.spark.unsafe.types.UTF8String.fromBytes(json), duplicateKeys, false, validateUnicode);
+    }
+  }
+
+  /** A JSON document read from its UTF-8 bytes into Spark's VariantBuilder with the same calls, in the
+   * same order, that Spark's parser (Jackson's tokens over the decoded text) makes, so the variant is
+   * the same to the byte. document() gives null for anything it is not sure to read as Spark does
+   * (exponents, integers of 19 digits or more, surrogate escapes, bytes that are not UTF-8, any
+   * syntax error, text after the value, nesting deeper than 500): Spark's own parser reads those. */
+  static final class JsonBytes {
+    private static final java.nio.charset.Charset ASCII = java.nio.charset.StandardCharsets.ISO_8859_1;
+    private static final java.nio.charset.Charset UTF8 = java.nio.charset.StandardCharsets.UTF_8;
+    private final byte[] b;
+    private final int n;
+    private int i;
+    private final VariantBuilder builder = new VariantBuilder(false);
+
+    JsonBytes(byte[] json) {
+      b = json;
+      n = json.length;
+    }
+
+    Variant document() {
+      space();
+      if (!value(0)) return null;
+      space();
+      return i == n ? builder.result() : null;
+    }
+
+    private void space() {
+      while (i < n && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t')) i++;
+    }
+
+    private boolean value(int depth) {
+      if (i >= n || depth > 500) return false;
+      byte c = b[i];
+      if (c == '{') return object(depth);
+      if (c == '[') return array(depth);
+      if (c == '"') {
+        String text = string();
+        if (text == null) return false;
+        builder.appendString(text);
+        return true;
+      }
+      if (c == '-' || (c >= '0' && c <= '9')) return number();
+      if (word("true")) {
+        builder.appendBoolean(true);
+      } else if (word("false")) {
+        builder.appendBoolean(false);
+      } else if (word("null")) {
+        builder.appendNull();
+      } else {
+        return false;
+      }
+      return true;
+    }
+
+    private boolean word(String w) {
+      int length = w.length();
+      if (i + length > n) return false;
+      for (int k = 0; k < length; k++) {
+        if (b[i + k] != w.charAt(k)) return false;
+      }
+      i += length;
+      return true;
+    }
+
+    private boolean object(int depth) {
+      i++;
+      java.util.ArrayList fields = new java.util.ArrayList();
+      int start = builder.getWritePos();
+      space();
+      if (i < n && b[i] == '}') {
+        i++;
+        builder.finishWritingObject(start, fields);
+        return true;
+      }
+      while (true) {
+        space();
+        if (i >= n || b[i] != '"') return false;
+        String key = string();
+        if (key == null) return false;
+        space();
+        if (i >= n || b[i] != ':') return false;
+        i++;
+        space();
+        int id = builder.addKey(key);
+        fields.add(new VariantBuilder.FieldEntry(key, id, builder.getWritePos() - start));
+        if (!value(depth + 1)) return false;
+        space();
+        if (i >= n) return false;
+        if (b[i] == ',') {
+          i++;
+        } else if (b[i] == '}') {
+          i++;
+          builder.finishWritingObject(start, fields);
+          return true;
+        } else {
+          return false;
+        }
+      }
+    }
+
+    private boolean array(int depth) {
+      i++;
+      java.util.ArrayList offsets = new java.util.ArrayList();
+      int start = builder.getWritePos();
+      space();
+      if (i < n && b[i] == ']') {
+        i++;
+        builder.finishWritingArray(start, offsets);
+        return true;
+      }
+      while (true) {
+        space();
+        offsets.add(Integer.valueOf(builder.getWritePos() - start));
+        if (!value(depth + 1)) return false;
+        space();
+        if (i >= n) return false;
+        if (b[i] == ',') {
+          i++;
+        } else if (b[i] == ']') {
+          i++;
+          builder.finishWritingArray(start, offsets);
+          return true;
+        } else {
+          return false;
+        }
+      }
+    }
+
+    /** The string at i (its opening quote), decoded; null where it is not plain JSON and UTF-8. */
+    private String string() {
+      int run = ++i;
+      boolean ascii = true;
+      StringBuilder escaped = null;
+      while (i < n) {
+        byte c = b[i];
+        if (c == '"') {
+          String tail = new String(b, run, i - run, ascii ? ASCII : UTF8);
+          i++;
+          String text = escaped == null ? tail : escaped.append(tail).toString();
+          // A byte that is not UTF-8 decodes to U+FFFD here and in Spark alike, but where exactly
+          // is the decoder's business: Spark's parser reads such text itself.
+          return ascii || text.indexOf('\uFFFD') < 0 ? text : null;
+        }
+        if (c >= 0 && c < 0x20) return null;  // a raw control character: not JSON
+        if (c < 0) ascii = false;
+        if (c != '\\') {
+          i++;
+          continue;
+        }
+        if (escaped == null) escaped = new StringBuilder();
+        escaped.append(new String(b, run, i - run, ascii ? ASCII : UTF8));
+        if (i + 1 >= n) return null;
+        byte e = b[i + 1];
+        i += 2;
+        if (e == '"' || e == '\\' || e == '/') {
+          escaped.append((char) e);
+        } else if (e == 'n') {
+          escaped.append('\n');
+        } else if (e == 't') {
+          escaped.append('\t');
+        } else if (e == 'r') {
+          escaped.append('\r');
+        } else if (e == 'b') {
+          escaped.append('\b');
+        } else if (e == 'f') {
+          escaped.append('\f');
+        } else if (e == 'u' && i + 4 <= n) {
+          int code = 0;
+          for (int k = 0; k < 4; k++) {
+            int d = Character.digit((char) b[i + k], 16);
+            if (d < 0) return null;
+            code = code * 16 + d;
+          }
+          if (code >= 0xD800 && code <= 0xDFFF) return null;  // surrogates: Spark checks the pairs
+          escaped.append((char) code);
+          i += 4;
+        } else {
+          return null;
+        }
+        run = i;
+      }
+      return null;
+    }
+
+    /** A number as Spark reads it: an integer of up to 18 digits as a long, one with a fraction as a
+     * decimal of up to 38 digits (BigDecimal of the same text); the rest (exponents, longer ones) are
+     * Spark's to read. */
+    private boolean number() {
+      int start = i;
+      if (b[i] == '-') i++;
+      int first = i;
+      if (i < n && b[i] == '0') {
+        i++;
+      } else {
+        while (i < n && b[i] >= '0' && b[i] <= '9') i++;
+      }
+      int digits = i - first;
+      if (digits == 0) return false;
+      boolean fraction = i < n && b[i] == '.';
+      if (fraction) {
+        int point = ++i;
+        while (i < n && b[i] >= '0' && b[i] <= '9') i++;
+        if (i == point) return false;
+      }
+      if (i < n && (b[i] == 'e' || b[i] == 'E')) return false;
+      if (!fraction) {
+        if (digits > 18) return false;
+        long v = 0;
+        for (int k = first; k < i; k++) v = v * 10 + (b[k] - '0');
+        builder.appendLong(first > start ? -v : v);
+        return true;
+      }
+      if (i - start > 40) return false;
+      java.math.BigDecimal d = new java.math.BigDecimal(new String(b, start, i - start, ASCII));
+      if (d.scale() > 38 || d.precision() > 38) return false;
+      builder.appendDecimal(d);
+      return true;
     }
   }
 

@@ -14,6 +14,7 @@ from airflow_conduit.engine.processors._expr import (
     sql_str,
     unsupported,
 )
+from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> DataFrame:
@@ -22,8 +23,8 @@ def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> Data
         raise unsupported(proc, ref)
     invalid = sql_str(f"json.decode: {proc.settings.field} is not valid JSON")
     if not ref.path:
-        # Raw bytes become structured; a value already structured is left as it is.
-        text = f"cast({ref.root}_raw as string)"
+        # Raw bytes become structured; a value already structured is left as it is. The engine's
+        # try_parse_json reads the bytes as they are (Spark's decodes them into a String first).
         return apply_changes(
             records,
             proc,
@@ -33,7 +34,7 @@ def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> Data
             },
             problem=f"{ref.root}_raw IS NOT NULL AND _parsed IS NULL",
             problem_message=invalid,
-            prelude={"_parsed": f"try_parse_json({text})"},
+            prelude={"_parsed": f"{TRY_PARSE_JSON_FUNCTION}({ref.root}_raw)"},
         )
     text = get_path(ref.root, ref.path, "string")
     return apply_changes(
