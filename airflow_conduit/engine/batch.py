@@ -280,7 +280,9 @@ class BatchProcessor:
             # so cheaper to store; pure processors give the same result on each action), or none at all
             # when even the source gives the same rows again (see _Purity.unstored).
             read_at_ns = logged.timestamp_ms * 1_000_000
-            batch, read_directly = read_sources(batch, self.pipeline.sources, self.state, batch_id)
+            batch, read_directly = read_sources(
+                batch, self.pipeline.sources, self.state, batch_id, read_at_ns
+            )
             self.counters.source_rows.update(read_directly)
             if self.purity.unstored:
                 records = batch_records(batch, self.pipeline, self.context, read_at_ns)

@@ -97,11 +97,16 @@ def source_stream(
 
 
 def read_sources(
-    batch: DataFrame, sources: tuple[ConnectorConfig, ...], state: PipelineState, batch_id: int
+    batch: DataFrame,
+    sources: tuple[ConnectorConfig, ...],
+    state: PipelineState,
+    batch_id: int,
+    read_at_ns: int,
 ) -> tuple[DataFrame, dict[str, int]]:
     """The micro-batch's rows (the fan-in of :func:`source_stream`): a source the engine reads itself
     (:func:`~airflow_conduit.engine.connectors.plugins.reads_batches`) is read from the batch's offsets
-    in Spark's offset log, the others' rows are the stream's. Spark never computes the stream's rows
+    in Spark's offset log, with the standard metadata already in its records' metadata (see
+    :func:`batch_records`); the others' rows are the stream's. Spark never computes the stream's rows
     of the former: nothing reads them. Also the records each of the former holds, by source node (Spark's
     progress does not count them)."""
     direct = [plugins.reads_batches(s) for s in sources]
@@ -120,7 +125,12 @@ def read_sources(
 
     ranges = log.ranges(batch_id, len(sources), initial)
     parts = [
-        _shaped(plugins.read_batch(spark, source, contexts[i], *ranges[i]), i, source, state)
+        _shaped(
+            plugins.read_batch(spark, source, contexts[i], *ranges[i], _standard_entries(source, read_at_ns)),
+            i,
+            source,
+            state,
+        )
         if direct[i]
         else batch.filter(f"_src = {i}")
         for i, source in enumerate(sources)
@@ -129,11 +139,23 @@ def read_sources(
     return reduce(DataFrame.unionByName, parts), read
 
 
+def _standard_entries(source: ConnectorConfig, read_at_ns: int) -> dict[str, str]:
+    """The metadata the engine adds to every record of ``source``: when it was read and which source
+    read it."""
+    return {META_READ_AT: str(read_at_ns), META_SOURCE_CONNECTOR: source.node_id}
+
+
 def _standard_metadata(pipeline: PipelineConfig, read_at_ns: int) -> str:
-    """The metadata the engine adds to every record: when it was read and which source read it. A
-    constant per source, so Spark builds each map once, not once per record."""
+    """:func:`_standard_entries` as a map per source: a constant, so Spark builds each map once, not
+    once per record. NULL for a source read from its offsets, whose records have them already."""
     maps = [
-        f"map('{META_READ_AT}', '{read_at_ns}', '{META_SOURCE_CONNECTOR}', {sql_string(source.node_id)})"
+        "CAST(NULL AS map<string,string>)"
+        if plugins.reads_batches(source)
+        else "map("
+        + ", ".join(
+            f"{sql_string(k)}, {sql_string(v)}" for k, v in _standard_entries(source, read_at_ns).items()
+        )
+        + ")"
         for source in pipeline.sources
     ]
     if len(maps) == 1:
@@ -160,11 +182,14 @@ def batch_records(
         batch carries the same value.
     """
     standard = _standard_metadata(pipeline, read_at_ns)
-    columns = [
-        "position",
-        "operation",
-        f"CASE WHEN metadata IS NULL THEN {standard} ELSE map_concat(metadata, {standard}) END AS metadata",
-    ]
+    if all(plugins.reads_batches(s) for s in pipeline.sources):
+        metadata = "metadata"  # the sources' own reads added the standard entries
+    else:
+        metadata = (
+            f"CASE WHEN {standard} IS NULL THEN metadata WHEN metadata IS NULL THEN {standard} "
+            f"ELSE map_concat(metadata, {standard}) END"
+        )
+    columns = ["position", "operation", f"{metadata} AS metadata"]
     for name in DATA_FIELDS:
         columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]
     records = batch.selectExpr(

@@ -6,6 +6,7 @@ workers import a source's module (and so this package) at every query start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -30,12 +31,17 @@ def reads_batches(source: ConnectorConfig) -> bool:
 
 
 def read_batch(
-    spark: SparkSession, source: ConnectorConfig, ctx: SourceContext, start: Any, end: Any
+    spark: SparkSession,
+    source: ConnectorConfig,
+    ctx: SourceContext,
+    start: Any,
+    end: Any,
+    metadata: Mapping[str, str],
 ) -> DataFrame:
-    """The source's records between two of its stream's offsets (see :func:`reads_batches`)."""
-    frame: DataFrame = (
-        spec_of(source.plugin, "source").implementation().read_batch(spark, source.settings, ctx, start, end)
-    )
+    """The source's records between two of its stream's offsets (see :func:`reads_batches`), each
+    record's metadata ending with the entries of ``metadata``."""
+    implementation = spec_of(source.plugin, "source").implementation()
+    frame: DataFrame = implementation.read_batch(spark, source.settings, ctx, start, end, metadata)
     return frame
 
 
