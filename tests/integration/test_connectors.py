@@ -454,6 +454,8 @@ def test_the_engines_variant_json_is_to_json_for_every_variant_type(spark):
         "1e300",
         "-0.0",
         "12345678901234567890.123",
+        # Decimals of 4 and 8 bytes, written from their bytes: trailing zeros dropped, as Spark does.
+        "[100.0, 0.00, -0.0010, 0.5, -12.340, 123456789.123456789, -999999999999999999.0, 10]",
         "true",
         "false",
         "null",

@@ -681,13 +681,18 @@ def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated
     objects = [
         '{"b": 1, "a": {"x": [1, null, "s"]}, "env": "old"}',
         json.dumps({ESCAPED_TEXT: ESCAPED_TEXT, "n": 1.5, "big": 12345678901234567890}),
+        # Keys sorting all around the set ones (non-ASCII too), and sizes past one byte: over 255
+        # fields, over 64 keys in the metadata (left to Spark's builder), long values.
+        json.dumps({k: i for i, k in enumerate(["en", "enw", "a0", "é", "\uffff", "\U0001f600", "zz", "B"])}),
+        json.dumps({f"k{i:03}": "v" * 300 for i in range(300)}),
+        json.dumps({f"k{i}": {"inner": i} for i in range(40)}),
         "{}",
         "[1, 2]",
         '"text"',
         "null",
         None,
     ]
-    keys = ["env", "a", "", ESCAPED_TEXT, "b"]
+    keys = ["env", "a", "", ESCAPED_TEXT, "b", "é", "\U0001f600", "k150", "zzz"]
     values = [
         "cast('prod' AS variant)",
         'parse_json(\'{"nested": [true, {"deep": null}]}\')',

@@ -13,7 +13,8 @@
  * conduit_variant_set(VARIANT, STRING, VARIANT) -> VARIANT: the object with one field set (added, or
  * replaced where the key is there); anything but an object counts as an empty one, and a NULL value
  * sets a JSON null. What to_variant_object(map_concat(the object as a map, map(key, value))) gives,
- * without building the map: the fields are copied into a new object as they are.
+ * without building the map: an object and a scalar value are spliced byte by byte (Splice), the
+ * rest copied field by field into a new object by Spark's VariantBuilder.
  *
  * conduit_try_parse_json(BINARY) -> VARIANT: try_parse_json of the bytes as text (json.decode), read
  * from the UTF-8 bytes themselves: no decoding into a String for Jackson, no Jackson parser per value.
@@ -49,7 +50,7 @@ public final class ConduitFunctions {
       if (value == null) return null;
       VariantVal variant = (VariantVal) value;
       byte[] data = variant.getValue();
-      Text out = new Text(data.length + (data.length >> 2) + 16);
+      Text out = new Text(2 * (data.length + variant.getMetadata().length) + 16);
       write(data, variant.getMetadata(), 0, out);
       return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
     }
@@ -105,7 +106,9 @@ public final class ConduitFunctions {
         out.ascii("false");
       } else if (info >= 3 && info <= 6) {  // integers of 1, 2, 4 and 8 bytes
         out.ascii(Long.toString(VariantUtil.getLong(value, pos)));
-      } else if (info >= 8 && info <= 10) {  // decimals of 4, 8 and 16 bytes
+      } else if (info == 8 || info == 9) {  // decimals of 4 and 8 bytes
+        decimal(value, pos, info == 8 ? 4 : 8, out);
+      } else if (info == 10) {  // of 16 bytes
         out.ascii(VariantUtil.getDecimal(value, pos).toPlainString());
       } else if (info == 16) {  // a long string: a 4-byte length, then its bytes
         quote(value, pos + 5, VariantUtil.readUnsigned(value, pos + 1, 4), out);
@@ -118,6 +121,36 @@ public final class ConduitFunctions {
         byte[] text = new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone))
             .getBytes(java.nio.charset.StandardCharsets.UTF_8);
         out.put(text, 0, text.length);
+      }
+    }
+
+    /** A decimal of 4 or 8 bytes (a scale byte, then the unscaled value) as Spark writes it,
+     * getDecimal(...).toPlainString(): without the fraction's trailing zeros. */
+    private static void decimal(byte[] value, int pos, int bytes, Text out) {
+      int scale = value[pos + 1] & 0xFF;
+      long unscaled = 0;
+      for (int k = bytes - 1; k >= 0; k--) unscaled = (unscaled << 8) | (value[pos + 2 + k] & 0xFF);
+      if (bytes == 4) unscaled = (int) unscaled;
+      while (scale > 0 && unscaled % 10 == 0) {
+        unscaled /= 10;
+        scale--;
+      }
+      if (scale == 0) {
+        out.ascii(Long.toString(unscaled));
+        return;
+      }
+      // At most 18 digits (a decimal of 8 bytes), so the magnitude fits a long.
+      String digits = Long.toString(Math.abs(unscaled));
+      if (unscaled < 0) out.put((byte) '-');
+      int whole = digits.length() - scale;
+      if (whole <= 0) {
+        out.ascii("0.");
+        for (int k = whole; k < 0; k++) out.put((byte) '0');
+        out.ascii(digits);
+      } else {
+        out.ascii(digits.substring(0, whole));
+        out.put((byte) '.');
+        out.ascii(digits.substring(whole));
       }
     }
 
@@ -191,6 +224,16 @@ public final class ConduitFunctions {
   public static final class VariantSet implements org.apache.spark.sql.api.java.UDF3 {
     public Object call(Object object, Object key, Object value) {
       String name = (String) key;
+      if (object != null) {
+        VariantVal set = (VariantVal) value;
+        VariantVal fast = Splice.of((VariantVal) object, name, set == null ? null : set.getValue());
+        if (fast != null) return fast;
+      }
+      return built(object, name, value);
+    }
+
+    /** Through Spark's VariantBuilder: any object and value. */
+    private static Object built(Object object, String name, Object value) {
       VariantBuilder builder = new VariantBuilder(false);
       java.util.ArrayList fields = new java.util.ArrayList();
       int start = builder.getWritePos();
@@ -219,6 +262,158 @@ public final class ConduitFunctions {
       builder.finishWritingObject(start, fields);
       Variant result = builder.result();
       return new VariantVal(result.getValue(), result.getMetadata());
+    }
+  }
+
+  /** An object with one field set, spliced from its bytes: its metadata's keys stay (the key is
+   * appended when new, so the object's own ids, nested ones too, still hold), its fields' values are
+   * copied as they are, and the field goes where its key sorts. No key is decoded and nothing is
+   * rebuilt, where VariantBuilder decodes and hashes every key, sorts the fields and copies all
+   * twice. of() gives null for what it leaves to the builder: a base that is not an object, a value
+   * that is an object or array (its ids are another metadata's), a metadata of over 64 keys, a
+   * result over Spark's size limit. */
+  static final class Splice {
+    static VariantVal of(VariantVal object, String name, byte[] setValue) {
+      byte[] value = object.getValue();
+      byte[] metadata = object.getMetadata();
+      int header = value[0] & 0xFF;
+      if ((header & 3) != 2) return null;
+      if (setValue != null && ((setValue[0] & 3) == 2 || (setValue[0] & 3) == 3)) return null;
+      int info = header >> 2;
+      int sizeBytes = (info & 16) != 0 ? 4 : 1;
+      int idSize = ((info >> 2) & 3) + 1;
+      int offsetSize = (info & 3) + 1;
+      int size = VariantUtil.readUnsigned(value, 1, sizeBytes);
+      int ids = 1 + sizeBytes;
+      int offsets = ids + size * idSize;
+      int data = offsets + (size + 1) * offsetSize;
+
+      int keyOffsetSize = ((metadata[0] >> 6) & 3) + 1;
+      int keyCount = VariantUtil.readUnsigned(metadata, 1, keyOffsetSize);
+      if (keyCount > 64) return null;
+      int keys = 1 + (keyCount + 2) * keyOffsetSize;
+      byte[] nameBytes = name.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      int nameId = -1;
+      for (int k = 0; k < keyCount && nameId < 0; k++) {
+        int from = keys + VariantUtil.readUnsigned(metadata, 1 + (k + 1) * keyOffsetSize, keyOffsetSize);
+        int to = keys + VariantUtil.readUnsigned(metadata, 1 + (k + 2) * keyOffsetSize, keyOffsetSize);
+        if (to - from == nameBytes.length && regionEquals(metadata, from, nameBytes)) nameId = k;
+      }
+      byte[] newMetadata = metadata;
+      if (nameId < 0) {
+        nameId = keyCount;
+        newMetadata = appendKey(metadata, keyOffsetSize, keyCount, keys, nameBytes);
+      }
+
+      // The fields in key order: the base's (sorted already) without the key, and the key where it sorts.
+      int[] fieldIds = new int[size + 1];
+      int[] starts = new int[size + 1];
+      int[] lengths = new int[size + 1];
+      int count = 0;
+      boolean placed = false;
+      int dataSize = 0;
+      for (int i = 0; i < size; i++) {
+        int id = VariantUtil.readUnsigned(value, ids + i * idSize, idSize);
+        if (id == nameId) continue;
+        if (!placed && compareKey(metadata, keyOffsetSize, keys, id, nameBytes, name) > 0) {
+          fieldIds[count] = nameId;
+          starts[count] = -1;
+          lengths[count] = setValue == null ? 1 : VariantUtil.valueSize(setValue, 0);
+          dataSize += lengths[count++];
+          placed = true;
+        }
+        int at = data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+        fieldIds[count] = id;
+        starts[count] = at;
+        lengths[count] = VariantUtil.valueSize(value, at);
+        dataSize += lengths[count++];
+      }
+      if (!placed) {
+        fieldIds[count] = nameId;
+        starts[count] = -1;
+        lengths[count] = setValue == null ? 1 : VariantUtil.valueSize(setValue, 0);
+        dataSize += lengths[count++];
+      }
+      int maxId = 0;
+      for (int i = 0; i < count; i++) maxId = Math.max(maxId, fieldIds[i]);
+      boolean large = count > 255;
+      int newSizeBytes = large ? 4 : 1;
+      int newIdSize = integerSize(maxId);
+      int newOffsetSize = integerSize(dataSize);
+      int newIds = 1 + newSizeBytes;
+      int newOffsets = newIds + count * newIdSize;
+      int newData = newOffsets + (count + 1) * newOffsetSize;
+      long total = (long) newData + dataSize;
+      if (total > VariantUtil.SIZE_LIMIT || newMetadata.length > VariantUtil.SIZE_LIMIT) return null;
+      byte[] out = new byte[(int) total];
+      out[0] = VariantUtil.objectHeader(large, newIdSize, newOffsetSize);
+      VariantUtil.writeLong(out, 1, count, newSizeBytes);
+      int offset = 0;
+      for (int i = 0; i < count; i++) {
+        VariantUtil.writeLong(out, newIds + i * newIdSize, fieldIds[i], newIdSize);
+        VariantUtil.writeLong(out, newOffsets + i * newOffsetSize, offset, newOffsetSize);
+        if (starts[i] >= 0) {
+          System.arraycopy(value, starts[i], out, newData + offset, lengths[i]);
+        } else if (setValue == null) {
+          out[newData + offset] = VariantUtil.primitiveHeader(VariantUtil.NULL);
+        } else {
+          System.arraycopy(setValue, 0, out, newData + offset, lengths[i]);
+        }
+        offset += lengths[i];
+      }
+      VariantUtil.writeLong(out, newOffsets + count * newOffsetSize, offset, newOffsetSize);
+      return new VariantVal(out, newMetadata);
+    }
+
+    private static int integerSize(int n) {
+      return n <= 0xFF ? 1 : n <= 0xFFFF ? 2 : n <= 0xFFFFFF ? 3 : 4;
+    }
+
+    private static boolean regionEquals(byte[] bytes, int from, byte[] other) {
+      for (int i = 0; i < other.length; i++) {
+        if (bytes[from + i] != other[i]) return false;
+      }
+      return true;
+    }
+
+    /** The order of key id against the new key, as VariantBuilder sorts fields: by String.compareTo.
+     * For ASCII keys that is the order of the bytes; others are decoded and compared as Strings. */
+    private static int compareKey(byte[] metadata, int keyOffsetSize, int keys, int id, byte[] nameBytes, String name) {
+      int from = keys + VariantUtil.readUnsigned(metadata, 1 + (id + 1) * keyOffsetSize, keyOffsetSize);
+      int to = keys + VariantUtil.readUnsigned(metadata, 1 + (id + 2) * keyOffsetSize, keyOffsetSize);
+      int length = to - from;
+      boolean ascii = true;
+      for (int i = 0; i < length && ascii; i++) ascii = metadata[from + i] >= 0;
+      for (int i = 0; i < nameBytes.length && ascii; i++) ascii = nameBytes[i] >= 0;
+      if (!ascii) {
+        return new String(metadata, from, length, java.nio.charset.StandardCharsets.UTF_8).compareTo(name);
+      }
+      int common = Math.min(length, nameBytes.length);
+      for (int i = 0; i < common; i++) {
+        int d = metadata[from + i] - nameBytes[i];
+        if (d != 0) return d;
+      }
+      return length - nameBytes.length;
+    }
+
+    /** The metadata with one key more, at the end (so no id changes); its keys no longer sorted. */
+    private static byte[] appendKey(byte[] metadata, int offsetSize, int count, int keys, byte[] name) {
+      int keyBytes = VariantUtil.readUnsigned(metadata, 1 + (count + 1) * offsetSize, offsetSize);
+      int newCount = count + 1;
+      int newKeyBytes = keyBytes + name.length;
+      int newOffsetSize = integerSize(Math.max(newKeyBytes, newCount));
+      int newKeys = 1 + (newCount + 2) * newOffsetSize;
+      byte[] out = new byte[newKeys + newKeyBytes];
+      out[0] = (byte) (VariantUtil.VERSION | ((newOffsetSize - 1) << 6));
+      VariantUtil.writeLong(out, 1, newCount, newOffsetSize);
+      for (int k = 0; k <= count; k++) {
+        int at = VariantUtil.readUnsigned(metadata, 1 + (k + 1) * offsetSize, offsetSize);
+        VariantUtil.writeLong(out, 1 + (k + 1) * newOffsetSize, at, newOffsetSize);
+      }
+      VariantUtil.writeLong(out, 1 + (newCount + 1) * newOffsetSize, newKeyBytes, newOffsetSize);
+      System.arraycopy(metadata, keys, out, newKeys, keyBytes);
+      System.arraycopy(name, 0, out, newKeys + keyBytes, name.length);
+      return out;
     }
   }
 
