@@ -68,7 +68,7 @@ class PluginSpec:
     """``stage`` runs the batch's Spark job itself: the engine's record counts can ride on it."""
     bulk_writes: bool = False
     """Writes a micro-batch as one Spark write at hundreds of thousands of records a second, so a batch
-    of a million records stays a few seconds long (see ``UNSTORED_MAX_RECORDS_PER_BATCH``)."""
+    of a few million records stays a few seconds long (see ``UNSTORED_MAX_RECORDS_PER_BATCH``)."""
 
     # Processors.
     pure: bool = True

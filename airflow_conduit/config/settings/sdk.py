@@ -25,8 +25,9 @@ DEFAULT_MAX_RECORDS_PER_BATCH = 250_000
 # The default when nothing of a micro-batch is stored (pure processors, sources that replay a batch the
 # same) and every destination writes in bulk (files): memory no longer grows with the batch, and fewer
 # batches pay the fixed cost fewer times (peers.py's job, whole processes: 1M records 16.9 -> 14.7 s,
-# 10M 75 -> 62 s).
-UNSTORED_MAX_RECORDS_PER_BATCH = 1_000_000
+# 10M 75 -> 62 s with 1M-record batches; 10M 30.6-31.0 -> 27.1-28.4 s with 2.5M, 27.3 s with 5M, the
+# process tree's peak the same 688-692 MiB).
+UNSTORED_MAX_RECORDS_PER_BATCH = 2_500_000
 
 _NO_REGISTRY = "there is no schema registry here (no schema is extracted or registered)"
 # Schema settings that only name things in a schema registry: their defaults are all that can hold here.
