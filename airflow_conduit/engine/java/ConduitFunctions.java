@@ -505,16 +505,10 @@ public final class ConduitFunctions {
     }
 
     private boolean object(int depth) {
-      i++;
       java.util.ArrayList fields = new java.util.ArrayList();
       int start = builder.getWritePos();
-      space();
-      if (i < n && b[i] == '}') {
-        i++;
-        builder.finishWritingObject(start, fields);
-        return true;
-      }
-      while (true) {
+      int more = opensEmpty((byte) '}') ? 0 : 1;
+      while (more == 1) {
         space();
         if (i >= n || b[i] != '"') return false;
         String key = string();
@@ -526,46 +520,52 @@ public final class ConduitFunctions {
         int id = builder.addKey(key);
         fields.add(new VariantBuilder.FieldEntry(key, id, builder.getWritePos() - start));
         if (!value(depth + 1)) return false;
-        space();
-        if (i >= n) return false;
-        if (b[i] == ',') {
-          i++;
-        } else if (b[i] == '}') {
-          i++;
-          builder.finishWritingObject(start, fields);
-          return true;
-        } else {
-          return false;
-        }
+        more = separator((byte) '}');
       }
+      if (more < 0) return false;
+      builder.finishWritingObject(start, fields);
+      return true;
     }
 
     private boolean array(int depth) {
-      i++;
       java.util.ArrayList offsets = new java.util.ArrayList();
       int start = builder.getWritePos();
-      space();
-      if (i < n && b[i] == ']') {
-        i++;
-        builder.finishWritingArray(start, offsets);
-        return true;
-      }
-      while (true) {
+      int more = opensEmpty((byte) ']') ? 0 : 1;
+      while (more == 1) {
         space();
         offsets.add(Integer.valueOf(builder.getWritePos() - start));
         if (!value(depth + 1)) return false;
-        space();
-        if (i >= n) return false;
-        if (b[i] == ',') {
-          i++;
-        } else if (b[i] == ']') {
-          i++;
-          builder.finishWritingArray(start, offsets);
-          return true;
-        } else {
-          return false;
-        }
+        more = separator((byte) ']');
       }
+      if (more < 0) return false;
+      builder.finishWritingArray(start, offsets);
+      return true;
+    }
+
+    /** Takes the opening byte at i; whether the container is empty (its closing byte taken too). */
+    private boolean opensEmpty(byte close) {
+      i++;
+      space();
+      if (i < n && b[i] == close) {
+        i++;
+        return true;
+      }
+      return false;
+    }
+
+    /** After a member: 1 at a comma, 0 at the closing byte (either taken), -1 at anything else. */
+    private int separator(byte close) {
+      space();
+      if (i >= n) return -1;
+      if (b[i] == ',') {
+        i++;
+        return 1;
+      }
+      if (b[i] == close) {
+        i++;
+        return 0;
+      }
+      return -1;
     }
 
     /** The string at i (its opening quote), decoded; null where it is not plain JSON and UTF-8. */
