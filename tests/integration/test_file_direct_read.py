@@ -9,6 +9,7 @@ from pathlib import Path
 from airflow_conduit.config.settings import FileSourceSettings
 from airflow_conduit.engine.connectors import file as file_source
 from airflow_conduit.engine.connectors._stream import SourceContext
+from tests.conftest import read_jsonl
 from tests.integration.test_metrics import families, value
 
 LINES = [
@@ -76,3 +77,33 @@ pipelines:
     assert value(rows, source="counted:in") == 250
     # Spark's own stream never computed the file source's rows (the engine read them).
     assert sum(s.value for s in rows.samples if s.name.endswith("_total")) == 250
+
+
+def test_the_file_sources_own_metadata_and_a_streamed_sources_are_as_before(run_yaml, tmp_path: Path):
+    """The file source's records get the standard metadata with their ``file.path`` as one constant
+    map per range; a source Spark's stream reads (the generator) gets it merged in: both kinds in one
+    pipeline, each with exactly its own entries, in order."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"a": 1}\n{"a": 2}\n')
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: mixed
+    connectors:
+      - {{id: f, type: source, plugin: builtin:file, settings: {{path: "{folder}"}}}}
+      - {{id: g, type: source, plugin: builtin:generator, settings: {{recordCount: 2, format.type: structured, format.options.id: int}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{tmp_path}/out"}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+    lines = read_jsonl(tmp_path / "out")
+    keys = sorted(tuple(line["metadata"]) for line in lines)
+    assert keys == [
+        ("file.path", "opencdc.readAt", "conduit.source.connector.id"),
+        ("file.path", "opencdc.readAt", "conduit.source.connector.id"),
+        ("opencdc.readAt", "conduit.source.connector.id"),
+        ("opencdc.readAt", "conduit.source.connector.id"),
+    ]
+    by_source = {line["metadata"]["conduit.source.connector.id"] for line in lines}
+    assert by_source == {"mixed:f", "mixed:g"}
+    assert {line["metadata"].get("file.path") for line in lines} == {str(folder / "a.jsonl"), None}
