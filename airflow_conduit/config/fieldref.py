@@ -19,6 +19,7 @@ one of a pair is non-null).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -250,6 +251,11 @@ def parse_rename_mapping(text: str) -> tuple[tuple[FieldRef, str], ...]:
 def sql_string(value: str) -> str:
     """A Spark SQL string literal (Spark unescapes backslashes in literals by default)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def sql_string_map(entries: Mapping[str, str]) -> str:
+    """A Spark SQL ``map`` of string literals, in the order given (a constant Spark folds)."""
+    return "map(" + ", ".join(f"{sql_string(k)}, {sql_string(v)}" for k, v in entries.items()) + ")"
 
 
 def variant_path(path: tuple[str, ...]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from airflow_conduit.config.fieldref import sql_string
+from airflow_conduit.config.fieldref import sql_string, sql_string_map
 from airflow_conduit.config.model import ConnectorConfig, PipelineConfig, ProcessorConfig
 from airflow_conduit.config.settings import UNSTORED_MAX_RECORDS_PER_BATCH
 from airflow_conduit.config.settings.sdk import SourceSdkSettings
@@ -151,11 +151,7 @@ def _standard_metadata(pipeline: PipelineConfig, read_at_ns: int) -> str:
     maps = [
         "CAST(NULL AS map<string,string>)"
         if plugins.reads_batches(source)
-        else "map("
-        + ", ".join(
-            f"{sql_string(k)}, {sql_string(v)}" for k, v in _standard_entries(source, read_at_ns).items()
-        )
-        + ")"
+        else sql_string_map(_standard_entries(source, read_at_ns))
         for source in pipeline.sources
     ]
     if len(maps) == 1:

@@ -366,7 +366,7 @@ def read_batch(
     """
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-    from airflow_conduit.config.fieldref import sql_string
+    from airflow_conduit.config.fieldref import sql_string, sql_string_map
     from airflow_conduit.engine.sql_functions import function_class
 
     ranges = [r for r in stream_reader(settings, ctx).partitions(start, end) if isinstance(r, _FileRange)]
@@ -384,8 +384,7 @@ def read_batch(
         return f"element_at(array({', '.join(values)}), r + 1)"
 
     def metadata_map(path: str) -> str:
-        entries = {META_FILE_PATH: path, **(metadata or {})}
-        return "map(" + ", ".join(f"{sql_string(k)}, {sql_string(v)}" for k, v in entries.items()) + ")"
+        return sql_string_map({META_FILE_PATH: path, **(metadata or {})})
 
     names = per_range([sql_string(f"{r.name}:") for r in ranges])
     return rows.selectExpr(
