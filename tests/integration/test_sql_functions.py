@@ -70,6 +70,8 @@ def _try_parse_json_cases() -> list[bytes]:
         json.dumps({"k" * 300: {"nested": ["a" * 70, {"deep": [None, True, 1.5]}]}}),
         "[" * 600 + "]" * 600,
         "[" * 400 + "1" + "]" * 400,
+        json.dumps({"k" * 60_000: 1}),  # over Jackson's longest name (50,000): Spark refuses it
+        json.dumps({"k" * 30_000: 1}),
         "1 2",
         '{"a": 1} x',
         "",

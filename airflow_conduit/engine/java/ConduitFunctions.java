@@ -445,7 +445,8 @@ public final class ConduitFunctions {
    * same order, that Spark's parser (Jackson's tokens over the decoded text) makes, so the variant is
    * the same to the byte. document() gives null for anything it is not sure to read as Spark does
    * (exponents, integers of 19 digits or more, surrogate escapes, bytes that are not UTF-8, any
-   * syntax error, text after the value, nesting deeper than 500): Spark's own parser reads those. */
+   * syntax error, text after the value, nesting deeper than 500, keys of over 40,000 characters):
+   * Spark's own parser reads those. */
   static final class JsonBytes {
     private static final java.nio.charset.Charset ASCII = java.nio.charset.StandardCharsets.ISO_8859_1;
     private static final java.nio.charset.Charset UTF8 = java.nio.charset.StandardCharsets.UTF_8;
@@ -512,7 +513,8 @@ public final class ConduitFunctions {
         space();
         if (i >= n || b[i] != '"') return false;
         String key = string();
-        if (key == null) return false;
+        // Jackson refuses names of over 50,000 characters (StreamReadConstraints): Spark's to judge.
+        if (key == null || key.length() > 40000) return false;
         space();
         if (i >= n || b[i] != ':') return false;
         i++;
