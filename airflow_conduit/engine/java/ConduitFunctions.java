@@ -63,27 +63,16 @@ public final class ConduitFunctions {
       int info = header >> 2;
       if (basic == 1) {  // a short string: its length is the header's info
         quote(value, pos + 1, info, out);
-      } else if (basic == 2) {  // an object: size, field ids, field offsets, then the fields' values
-        int sizeBytes = (info & 16) != 0 ? 4 : 1;
-        int idSize = ((info >> 2) & 3) + 1;
-        int offsetSize = (info & 3) + 1;
-        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
-        int ids = pos + 1 + sizeBytes;
-        int offsets = ids + size * idSize;
-        int data = offsets + (size + 1) * offsetSize;
-        // The metadata: a header (offset size in the top two bits), the key count, its offsets, the keys.
-        int keyOffsetSize = ((metadata[0] >> 6) & 3) + 1;
-        int keyCount = VariantUtil.readUnsigned(metadata, 1, keyOffsetSize);
-        int keys = 1 + (keyCount + 2) * keyOffsetSize;
+      } else if (basic == 2) {
+        ObjectBytes object = new ObjectBytes(value, pos);
+        KeyBytes keys = new KeyBytes(metadata);
         out.put((byte) '{');
-        for (int i = 0; i < size; i++) {
+        for (int i = 0; i < object.size; i++) {
           if (i > 0) out.put((byte) ',');
-          int id = VariantUtil.readUnsigned(value, ids + i * idSize, idSize);
-          int keyStart = VariantUtil.readUnsigned(metadata, 1 + (id + 1) * keyOffsetSize, keyOffsetSize);
-          int keyEnd = VariantUtil.readUnsigned(metadata, 1 + (id + 2) * keyOffsetSize, keyOffsetSize);
-          quote(metadata, keys + keyStart, keyEnd - keyStart, out);
+          int id = object.id(i);
+          quote(metadata, keys.start(id), keys.length(id), out);
           out.put((byte) ':');
-          write(value, metadata, data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize), out);
+          write(value, metadata, object.field(i), out);
         }
         out.put((byte) '}');
       } else if (basic == 3) {  // an array: size, element offsets, then the elements
@@ -190,6 +179,70 @@ public final class ConduitFunctions {
     }
   }
 
+  /** Where an object's parts lie in a variant's value, as the binary format lays them out: its header
+   * byte (basic type 2; above it whether the size takes 4 bytes, and the sizes of the field ids and
+   * offsets), the field count, the field ids, the fields' offsets, then the fields' values. */
+  static final class ObjectBytes {
+    final byte[] value;
+    final int size;
+    final int idSize;
+    final int offsetSize;
+    final int ids;
+    final int offsets;
+    final int data;
+
+    ObjectBytes(byte[] value, int pos) {
+      this.value = value;
+      int info = (value[pos] & 0xFF) >> 2;
+      int sizeBytes = (info & 16) != 0 ? 4 : 1;
+      idSize = ((info >> 2) & 3) + 1;
+      offsetSize = (info & 3) + 1;
+      size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
+      ids = pos + 1 + sizeBytes;
+      offsets = ids + size * idSize;
+      data = offsets + (size + 1) * offsetSize;
+    }
+
+    /** The key id of field i (fields are in key order). */
+    int id(int i) {
+      return VariantUtil.readUnsigned(value, ids + i * idSize, idSize);
+    }
+
+    /** Where field i's value starts. */
+    int field(int i) {
+      return data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+    }
+  }
+
+  /** The keys of a variant's metadata: a header byte (the offset size in its top two bits), the key
+   * count, the keys' offsets, then the keys' UTF-8 bytes. */
+  static final class KeyBytes {
+    final byte[] metadata;
+    final int offsetSize;
+    final int count;
+    final int keys;
+
+    KeyBytes(byte[] metadata) {
+      this.metadata = metadata;
+      offsetSize = ((metadata[0] >> 6) & 3) + 1;
+      count = VariantUtil.readUnsigned(metadata, 1, offsetSize);
+      keys = 1 + (count + 2) * offsetSize;
+    }
+
+    /** Where key k starts among the keys' bytes (offset(count): where they end). */
+    int offset(int k) {
+      return VariantUtil.readUnsigned(metadata, 1 + (k + 1) * offsetSize, offsetSize);
+    }
+
+    int start(int id) {
+      return keys + offset(id);
+    }
+
+    int length(int id) {
+      return offset(id + 1) - offset(id);
+    }
+  }
+
   /** A growing buffer of bytes (ByteArrayOutputStream's methods are synchronized). */
   static final class Text {
     byte[] bytes;
@@ -276,64 +329,43 @@ public final class ConduitFunctions {
     static VariantVal of(VariantVal object, String name, byte[] setValue) {
       byte[] value = object.getValue();
       byte[] metadata = object.getMetadata();
-      int header = value[0] & 0xFF;
-      if ((header & 3) != 2) return null;
+      if ((value[0] & 3) != 2) return null;
       if (setValue != null && ((setValue[0] & 3) == 2 || (setValue[0] & 3) == 3)) return null;
-      int info = header >> 2;
-      int sizeBytes = (info & 16) != 0 ? 4 : 1;
-      int idSize = ((info >> 2) & 3) + 1;
-      int offsetSize = (info & 3) + 1;
-      int size = VariantUtil.readUnsigned(value, 1, sizeBytes);
-      int ids = 1 + sizeBytes;
-      int offsets = ids + size * idSize;
-      int data = offsets + (size + 1) * offsetSize;
-
-      int keyOffsetSize = ((metadata[0] >> 6) & 3) + 1;
-      int keyCount = VariantUtil.readUnsigned(metadata, 1, keyOffsetSize);
-      if (keyCount > 64) return null;
-      int keys = 1 + (keyCount + 2) * keyOffsetSize;
+      ObjectBytes base = new ObjectBytes(value, 0);
+      KeyBytes keys = new KeyBytes(metadata);
+      if (keys.count > 64) return null;
       byte[] nameBytes = name.getBytes(java.nio.charset.StandardCharsets.UTF_8);
       int nameId = -1;
-      for (int k = 0; k < keyCount && nameId < 0; k++) {
-        int from = keys + VariantUtil.readUnsigned(metadata, 1 + (k + 1) * keyOffsetSize, keyOffsetSize);
-        int to = keys + VariantUtil.readUnsigned(metadata, 1 + (k + 2) * keyOffsetSize, keyOffsetSize);
-        if (to - from == nameBytes.length && regionEquals(metadata, from, nameBytes)) nameId = k;
+      for (int k = 0; k < keys.count && nameId < 0; k++) {
+        if (keys.length(k) == nameBytes.length && regionEquals(metadata, keys.start(k), nameBytes)) nameId = k;
       }
       byte[] newMetadata = metadata;
       if (nameId < 0) {
-        nameId = keyCount;
-        newMetadata = appendKey(metadata, keyOffsetSize, keyCount, keys, nameBytes);
+        nameId = keys.count;
+        newMetadata = appendKey(keys, nameBytes);
       }
 
-      // The fields in key order: the base's (sorted already) without the key, and the key where it sorts.
-      int[] fieldIds = new int[size + 1];
-      int[] starts = new int[size + 1];
-      int[] lengths = new int[size + 1];
+      // The fields in key order: the base's (sorted already) without the key, and the key at its place.
+      int[] fieldIds = new int[base.size + 1];
+      int[] starts = new int[base.size + 1];
+      int[] lengths = new int[base.size + 1];
+      int setLength = setValue == null ? 1 : VariantUtil.valueSize(setValue, 0);
       int count = 0;
-      boolean placed = false;
-      int dataSize = 0;
-      for (int i = 0; i < size; i++) {
-        int id = VariantUtil.readUnsigned(value, ids + i * idSize, idSize);
+      int at = -1;
+      int dataSize = setLength;
+      for (int i = 0; i < base.size; i++) {
+        int id = base.id(i);
         if (id == nameId) continue;
-        if (!placed && compareKey(metadata, keyOffsetSize, keys, id, nameBytes, name) > 0) {
-          fieldIds[count] = nameId;
-          starts[count] = -1;
-          lengths[count] = setValue == null ? 1 : VariantUtil.valueSize(setValue, 0);
-          dataSize += lengths[count++];
-          placed = true;
-        }
-        int at = data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+        if (at < 0 && compareKey(keys, id, nameBytes, name) > 0) at = count++;
         fieldIds[count] = id;
-        starts[count] = at;
-        lengths[count] = VariantUtil.valueSize(value, at);
+        starts[count] = base.field(i);
+        lengths[count] = VariantUtil.valueSize(value, starts[count]);
         dataSize += lengths[count++];
       }
-      if (!placed) {
-        fieldIds[count] = nameId;
-        starts[count] = -1;
-        lengths[count] = setValue == null ? 1 : VariantUtil.valueSize(setValue, 0);
-        dataSize += lengths[count++];
-      }
+      if (at < 0) at = count++;
+      fieldIds[at] = nameId;
+      starts[at] = -1;
+      lengths[at] = setLength;
       int maxId = 0;
       for (int i = 0; i < count; i++) maxId = Math.max(maxId, fieldIds[i]);
       boolean large = count > 255;
@@ -378,10 +410,10 @@ public final class ConduitFunctions {
 
     /** The order of key id against the new key, as VariantBuilder sorts fields: by String.compareTo.
      * For ASCII keys that is the order of the bytes; others are decoded and compared as Strings. */
-    private static int compareKey(byte[] metadata, int keyOffsetSize, int keys, int id, byte[] nameBytes, String name) {
-      int from = keys + VariantUtil.readUnsigned(metadata, 1 + (id + 1) * keyOffsetSize, keyOffsetSize);
-      int to = keys + VariantUtil.readUnsigned(metadata, 1 + (id + 2) * keyOffsetSize, keyOffsetSize);
-      int length = to - from;
+    private static int compareKey(KeyBytes keys, int id, byte[] nameBytes, String name) {
+      byte[] metadata = keys.metadata;
+      int from = keys.start(id);
+      int length = keys.length(id);
       boolean ascii = true;
       for (int i = 0; i < length && ascii; i++) ascii = metadata[from + i] >= 0;
       for (int i = 0; i < nameBytes.length && ascii; i++) ascii = nameBytes[i] >= 0;
@@ -397,21 +429,20 @@ public final class ConduitFunctions {
     }
 
     /** The metadata with one key more, at the end (so no id changes); its keys no longer sorted. */
-    private static byte[] appendKey(byte[] metadata, int offsetSize, int count, int keys, byte[] name) {
-      int keyBytes = VariantUtil.readUnsigned(metadata, 1 + (count + 1) * offsetSize, offsetSize);
-      int newCount = count + 1;
+    private static byte[] appendKey(KeyBytes keys, byte[] name) {
+      int keyBytes = keys.offset(keys.count);
+      int newCount = keys.count + 1;
       int newKeyBytes = keyBytes + name.length;
       int newOffsetSize = integerSize(Math.max(newKeyBytes, newCount));
       int newKeys = 1 + (newCount + 2) * newOffsetSize;
       byte[] out = new byte[newKeys + newKeyBytes];
       out[0] = (byte) (VariantUtil.VERSION | ((newOffsetSize - 1) << 6));
       VariantUtil.writeLong(out, 1, newCount, newOffsetSize);
-      for (int k = 0; k <= count; k++) {
-        int at = VariantUtil.readUnsigned(metadata, 1 + (k + 1) * offsetSize, offsetSize);
-        VariantUtil.writeLong(out, 1 + (k + 1) * newOffsetSize, at, newOffsetSize);
+      for (int k = 0; k <= keys.count; k++) {
+        VariantUtil.writeLong(out, 1 + (k + 1) * newOffsetSize, keys.offset(k), newOffsetSize);
       }
       VariantUtil.writeLong(out, 1 + (newCount + 1) * newOffsetSize, newKeyBytes, newOffsetSize);
-      System.arraycopy(metadata, keys, out, newKeys, keyBytes);
+      System.arraycopy(keys.metadata, keys.keys, out, newKeys, keyBytes);
       System.arraycopy(name, 0, out, newKeys + keyBytes, name.length);
       return out;
     }
