@@ -88,6 +88,9 @@ VARIANT_JSON_FUNCTION = "conduit_variant_json"
 (:mod:`airflow_conduit.engine.sql_functions`)."""
 VARIANT_SET_FUNCTION = "conduit_variant_set"
 """The engine's SQL function that sets one field of a ``VARIANT`` object (:mod:`airflow_conduit.engine.sql_functions`)."""
+GO_JSON_FUNCTION = "conduit_go_json"
+"""The engine's SQL function for a ``VARIANT`` as a Go template's ``toJson`` (``true``) or ``toRawJson``
+(``false``) writes it (:mod:`airflow_conduit.engine.sql_functions`)."""
 TRY_PARSE_JSON_FUNCTION = "conduit_try_parse_json"
 """The engine's SQL function for ``try_parse_json`` of UTF-8 bytes (a ``BINARY``): the same ``VARIANT``,
 faster (:mod:`airflow_conduit.engine.sql_functions`)."""

@@ -8,14 +8,19 @@ Translated (values that can never be missing or of another kind, so Go cannot fa
 - ``eq`` (any number of operands), ``ne``, ``lt``, ``le``, ``gt``, ``ge`` of strings (Go and Spark both
   compare strings by their bytes), ``hasPrefix``, ``hasSuffix``, ``contains`` of a string literal;
 - ``and``, ``or`` of booleans, ``not`` of a boolean or a string (a string is true when not empty);
-- a pipeline's value passed on as the last operand (``{{ .Metadata.table | hasPrefix "ord" }}``).
+- a pipeline's value passed on as the last operand (``{{ .Metadata.table | hasPrefix "ord" }}``);
+- ``toJson`` and ``toRawJson`` of ``.Key``, ``.Payload.Before`` and ``.Payload.After`` (the engine's
+  ``conduit_go_json`` writes the value as Go's ``encoding/json`` does, raw data as base64): what a
+  payload-only destination format (``{{ toJson .Payload.After }}``) prints.
 
 Never translated: a template that reads the clock or draws random values (``now``, ``ago``, ``date`` of
 a value that is not a time, ``uuidv4``, ...; :attr:`Template.deterministic`): Spark would fix or
 re-draw its value per query, so it is decided once per record in Python, like user code.
 
-Not translated: payload and key fields (Go fails on a number compared with a string and prints floats its
-own way), ``.Operation`` (an int to Go), every other function. Those run in Python.
+Not translated: payload and key fields other than through ``toJson`` (Go fails on a number compared with a
+string and prints a map its own way), ``.Operation`` (an int to Go), every other function; with
+``missing_key_error`` (a destination's ``template`` format), ``.Metadata.name`` (a missing key fails
+the template there). Those run in Python.
 """
 
 from __future__ import annotations
@@ -34,13 +39,17 @@ from airflow_conduit.gotemplate.parser import (
     Pipeline,
     Text,
 )
+from airflow_conduit.record import GO_JSON_FUNCTION
 
 from .fieldref import sql_string
+
+_DATA_FIELDS = {("Key",): "key", ("Payload", "Before"): "before", ("Payload", "After"): "after"}
+"""The record's data fields as a template names them, and their columns."""
 
 
 @dataclass(frozen=True)
 class _Sql:
-    kind: TypingLiteral["string", "bool"]
+    kind: TypingLiteral["string", "bool", "data"]  # data: a data field's column, only for toJson
     sql: str
 
 
@@ -65,9 +74,12 @@ def condition_sql(template: Template) -> str | None:
     return value.sql if value.kind == "bool" else None
 
 
-def text_sql(template: Template) -> str | None:
-    """Spark SQL for the text a template prints (literal text and string values), else ``None``."""
+def text_sql(template: Template, *, missing_key_error: bool = False) -> str | None:
+    """Spark SQL for the text a template prints (literal text and string values), else ``None``.
+    ``missing_key_error``: the template runs with Go's ``missingkey=error``."""
     if not template.deterministic:
+        return None
+    if missing_key_error and any(_reads_metadata_field(node) for node in template.nodes):
         return None
     parts: list[str] = []
     try:
@@ -87,8 +99,21 @@ def _text_part(node: Node) -> str:
         value = _pipeline(node.pipeline)
         if value.kind == "bool":
             return f"CASE WHEN {value.sql} THEN 'true' ELSE 'false' END"
-        return value.sql
+        if value.kind == "string":
+            return value.sql
     raise _NotTranslatable
+
+
+def _reads_metadata_field(node: object) -> bool:
+    """Whether ``.Metadata.name`` is in the node (``index .Metadata "name"`` is ``""`` for a missing
+    key even under ``missingkey=error``)."""
+    if isinstance(node, Field):
+        return node.receiver is None and len(node.names) == 2 and node.names[0] == "Metadata"
+    if isinstance(node, Action):
+        return _reads_metadata_field(node.pipeline)
+    if isinstance(node, Pipeline):
+        return any(_reads_metadata_field(arg) for command in node.commands for arg in command.args)
+    return False
 
 
 def _pipeline(pipeline: Pipeline) -> _Sql:
@@ -144,10 +169,12 @@ def _function(name: str, args: list[_Sql], raw_args: tuple[object, ...]) -> _Sql
     if name in ("and", "or") and args and kinds == {"bool"}:
         joiner = " AND " if name == "and" else " OR "
         return _Sql("bool", "(" + joiner.join(arg.sql for arg in args) + ")")
-    if name == "not" and len(args) == 1:
+    if name == "not" and len(args) == 1 and args[0].kind != "data":
         if args[0].kind == "bool":
             return _Sql("bool", f"(NOT {args[0].sql})")
         return _Sql("bool", f"({args[0].sql} = '')")
+    if name in ("toJson", "toRawJson") and len(args) == 1 and args[0].kind == "data":
+        return _Sql("string", _go_json(args[0].sql, escape_html=name == "toJson"))
     raise _NotTranslatable
 
 
@@ -158,6 +185,8 @@ def _operand(arg: object) -> _Sql:
         return _Sql("string", sql_string(arg.value))
     if isinstance(arg, Field) and arg.receiver is None and len(arg.names) == 2 and arg.names[0] == "Metadata":
         return _metadata(arg.names[1])
+    if isinstance(arg, Field) and arg.receiver is None and arg.names in _DATA_FIELDS:
+        return _Sql("data", _DATA_FIELDS[arg.names])
     if isinstance(arg, Pipeline):
         return _pipeline(arg)
     raise _NotTranslatable
@@ -165,3 +194,13 @@ def _operand(arg: object) -> _Sql:
 
 def _metadata(name: str) -> _Sql:
     return _Sql("string", f"coalesce(metadata[{sql_string(name)}], '')")
+
+
+def _go_json(column: str, *, escape_html: bool) -> str:
+    """Go's ``json.Marshal`` of a data field: structured data by ``conduit_go_json``, raw data (a
+    ``[]byte``) as a base64 string, no value as ``null``."""
+    html = "true" if escape_html else "false"
+    return (
+        f"CASE WHEN {column} IS NOT NULL THEN {GO_JSON_FUNCTION}({column}, {html}) "
+        f"WHEN {column}_raw IS NOT NULL THEN concat('\"', base64({column}_raw), '\"') ELSE 'null' END"
+    )

@@ -31,7 +31,12 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.jvm import cache_dir
-from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION, VARIANT_SET_FUNCTION
+from airflow_conduit.record import (
+    GO_JSON_FUNCTION,
+    TRY_PARSE_JSON_FUNCTION,
+    VARIANT_JSON_FUNCTION,
+    VARIANT_SET_FUNCTION,
+)
 
 logger = logging.getLogger("airflow_conduit.engine")
 
@@ -40,6 +45,7 @@ FUNCTIONS = {
     VARIANT_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantJson", "string"),
     VARIANT_SET_FUNCTION: ("org.airflowconduit.ConduitFunctions$VariantSet", "variant"),
     TRY_PARSE_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$TryParseJson", "variant"),
+    GO_JSON_FUNCTION: ("org.airflowconduit.ConduitFunctions$GoJson", "string"),
 }
 """Each SQL function's name, the class that computes it (a Java ``UDF1``, ``UDF2``, ...) and the type it
 returns."""

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import random
+import struct
 from pathlib import Path
 
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.config.settings.record_format import RecordFormat
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
-from airflow_conduit.engine.connectors.record_format import record_lines, serializer
+from airflow_conduit.engine.connectors.record_format import record_lines, serializer, template_text_sql
 from airflow_conduit.engine.processors.custom_python import ArrowRecords
 from airflow_conduit.record import record_text_sql
+from tests.conftest import ESCAPED_TEXT
 from tests.unit.test_record_format import SDK_OPENCDC_JSON
 
 SETTINGS = {"recordCount": 7, "maxRecordsPerBatch": 3, "seed": 5}
@@ -158,3 +162,139 @@ def test_log_destination_prints_the_template(run_yaml, caplog):
     assert payload["exit_code"] == 0, payload
     logged = [r.getMessage() for r in caplog.records if r.name == "airflow_conduit.destination.log"]
     assert logged == [f"users: {after_of(i)['name'].upper()}" for i in range(7)]
+
+
+GO_JSON_VALUES = [
+    "1",
+    "-9223372036854775808",
+    "0",
+    "-0.0",
+    "-0e0",
+    "2.5",
+    "12.50",
+    "0.000001",
+    "0.0000001",
+    "-0.00000012345",
+    "123456789012.345",
+    # More than 15 digits: the float64's shortest form is searched for.
+    "0.30000000000000004",
+    "123456789.123456789",
+    "-999999999999999999.5",
+    # Decimals of 16 bytes: an integer is read back exactly, a fraction as a float64.
+    "12345678901234567890",
+    "12345678901234567890.125",
+    "100000000000000000000000000000.0",
+    # Doubles (exponents), where Java 17's Double.toString is not always the shortest.
+    "1e21",
+    "1e20",
+    "1.5e-7",
+    "1e-6",
+    "5e-324",
+    "1.7976931348623157e308",
+    "2.82879384806159e17",
+    "1e23",
+    "9.5367431640625e-7",
+    "8.98846567431158e307",
+    "-4.35e2",
+    "true",
+    "null",
+    '""',
+    json.dumps(ESCAPED_TEXT),
+    json.dumps("<b>&amp;</b> \u2028\u2029 \x7f \x01\x1f é 😀"),
+    json.dumps({"b": 1, "a": [2, {"d": None, "c": "<>"}], "<&>": False}),
+    # Spark orders these keys by UTF-16 (U+1F600 before U+FFFF), Go by their bytes.
+    json.dumps({"\uffff": 1, "😀": 2, "z": 3, "é": 4}),
+    json.dumps({f"key {i} é": [i, f"v{i}", i / 8] for i in range(300)}),
+    json.dumps([{"x": i} for i in range(300)]),
+    json.dumps({"k" * 300: {"nested": ["a" * 70, {"deep": [None, True, 1.5e-7, 1e22]}]}}),
+]
+GO_JSON_CASTS = [
+    "cast(cast('NaN' AS double) AS variant)",
+    "cast(cast('Infinity' AS double) AS variant)",
+    "cast(cast('-Infinity' AS double) AS variant)",
+    "cast(cast(1.25 AS float) AS variant)",
+    "cast(cast(0.1 AS float) AS variant)",
+    "cast(cast(-3.10 AS decimal(5, 2)) AS variant)",
+    "cast(cast(12345678901234567890.5 AS decimal(38, 2)) AS variant)",
+    "cast(date'2024-02-29' AS variant)",
+    "cast(timestamp'2024-02-29 23:59:58.123456' AS variant)",
+    "cast(timestamp_ntz'2024-02-29 23:59:58.5' AS variant)",
+    "cast(X'00ff10' AS variant)",
+    "cast(cast(7 AS tinyint) AS variant)",
+]
+
+
+def test_json_templates_in_the_jvm_print_what_go_prints(spark):
+    """``{{ toJson .Payload.After }}`` and its kin run as Spark SQL (``conduit_go_json``), and give the
+    same text as the Python templates that read each value back from its JSON: every kind of value,
+    alone and nested, raw data and no value."""
+    spark.conf.set("spark.sql.session.timeZone", "America/Los_Angeles")
+    try:
+        parsed = spark.createDataFrame([(v,) for v in GO_JSON_VALUES], "j string").selectExpr(
+            "parse_json(j) AS v"
+        )
+        cast = spark.range(1).selectExpr(f"explode(array({', '.join(GO_JSON_CASTS)})) AS v")
+        values = parsed.unionAll(cast)
+        nested = values.selectExpr("to_variant_object(named_struct('k', v, 'a', array(v, v))) AS v")
+        records = (
+            values.unionAll(nested)
+            .selectExpr(
+                "CAST('p' AS BINARY) AS position",
+                "'create' AS operation",
+                "map('m', 'x') AS metadata",
+                "v AS key",
+                "CAST(NULL AS BINARY) AS key_raw",
+                "CAST(NULL AS VARIANT) AS before",
+                "CAST('<raw>\u2028' AS BINARY) AS before_raw",
+                "v AS after",
+                "CAST(NULL AS BINARY) AS after_raw",
+            )
+            .unionAll(spark.sql(SDK_RECORD_SQL))
+            .cache()
+        )
+        [*arrow_batches] = records.selectExpr(*record_text_sql())._collect_as_arrow()
+        python_records = [
+            ArrowRecords(batch).record(i) for batch in arrow_batches for i in range(batch.num_rows)
+        ]
+        lines: dict[str, list[str]] = {}
+        for template in (
+            "{{ toJson .Payload.After }}",
+            "<{{ .Payload.After | toRawJson }}>",
+            '{{ toJson .Key }} {{ toJson .Payload.Before }} {{ index .Metadata "m" }}',
+        ):
+            record_format = RecordFormat("template", template=template)
+            assert template_text_sql(template) is not None, template
+            jvm_lines = [r.value for r in record_lines(records, record_format).collect()]
+            python_lines = [serializer(record_format)(record) for record in python_records]
+            assert len(jvm_lines) == 2 * (len(GO_JSON_VALUES) + len(GO_JSON_CASTS)) + 1
+            assert jvm_lines == python_lines, template
+            lines[template] = jvm_lines
+    finally:
+        spark.conf.unset("spark.sql.session.timeZone")
+        records.unpersist()
+    payloads = lines["{{ toJson .Payload.After }}"]
+    assert (
+        json.dumps({"z": 3, "é": 4, "\uffff": 1, "😀": 2}, ensure_ascii=False, separators=(",", ":"))
+        in payloads
+    )
+    assert "5e-324" in payloads and "1e+21" in payloads and "1e-7" in payloads and '"NaN"' in payloads
+
+
+def test_go_json_writes_every_float64_in_gos_shortest_form(spark):
+    """Doubles from random bits and every power of two (where a float64's gap below is half the one
+    above, so the nearest decimal of a length is not always the one that reads back) give the text of
+    the Python writer's Go float formatting."""
+    from airflow_conduit.gotemplate.gojson import go_float
+    from airflow_conduit.record import GO_JSON_FUNCTION
+
+    randoms = random.Random(21)
+    numbers = [struct.unpack("<d", randoms.getrandbits(64).to_bytes(8, "little"))[0] for _ in range(3000)]
+    numbers += [math.ldexp(1.0, exponent) for exponent in range(-1074, 1024)]
+    numbers += [-math.ldexp(1.0, exponent) * 3 for exponent in range(-1074, 1022, 7)]
+    finite = [number for number in numbers if math.isfinite(number)]
+    rows = (
+        spark.createDataFrame([(number,) for number in finite], "d double")
+        .selectExpr(f"{GO_JSON_FUNCTION}(cast(d AS variant), true) AS text")
+        .collect()
+    )
+    assert [row.text for row in rows] == [go_float(number) for number in finite]

@@ -60,3 +60,37 @@ def test_text_templates() -> None:
     assert text_sql(Template.parse("")) == "''"
     assert text_sql(Template.parse("id-{{ .Metadata.table }}!")) == f"concat('id-', {TABLE}, '!')"
     assert text_sql(Template.parse("{{ .Payload.After.name }}")) is None
+
+
+def test_json_of_data_fields_becomes_spark_sql() -> None:
+    after = (
+        "CASE WHEN after IS NOT NULL THEN conduit_go_json(after, true) "
+        "WHEN after_raw IS NOT NULL THEN concat('\"', base64(after_raw), '\"') ELSE 'null' END"
+    )
+    assert text_sql(Template.parse("{{ toJson .Payload.After }}")) == after
+    assert text_sql(Template.parse("{{ .Payload.After | toJson }}\n")) == f"concat({after}, '\n')"
+    raw = text_sql(Template.parse("{{ toRawJson .Key }}"))
+    assert raw is not None and "conduit_go_json(key, false)" in raw
+    both = text_sql(Template.parse("{{ toJson .Payload.Before }},{{ toJson .Payload.After }}"))
+    assert both is not None and "conduit_go_json(before, true)" in both
+    assert sqlglot.parse_one(both, read="spark") is not None
+    for python_only in (
+        "{{ .Payload.After }}",  # Go prints a map as map[k:v]
+        "{{ not .Payload.After }}",
+        '{{ eq .Payload.After "x" }}',
+        "{{ toJson .Payload }}",
+        "{{ toJson . }}",
+        "{{ toPrettyJson .Payload.After }}",
+        "{{ toJson .Payload.After.name }}",
+    ):
+        assert text_sql(Template.parse(python_only)) is None, python_only
+
+
+def test_missing_key_error_keeps_metadata_fields_in_python() -> None:
+    """A destination's template runs with ``missingkey=error``: ``.Metadata.x`` fails for a missing
+    key (the record is written as opencdc/json then), ``index .Metadata "x"`` does not."""
+    assert text_sql(Template.parse("{{ .Metadata.table }}"), missing_key_error=True) is None
+    assert text_sql(Template.parse("{{ toJson .Key }}{{ .Metadata.a }}"), missing_key_error=True) is None
+    indexed = text_sql(Template.parse('{{ index .Metadata "table" }}'), missing_key_error=True)
+    assert indexed == TABLE
+    assert text_sql(Template.parse("{{ .Metadata.table }}")) == TABLE

@@ -1,10 +1,12 @@
 """Each record as one line of text in a destination's ``sdk.record.format`` (the connector SDK's
 ``record_serializer.go``): what the file destination writes and the log destination prints.
 
-``opencdc/json`` stays in the JVM (:func:`airflow_conduit.record.opencdc_json_sql`). ``debezium/json``
-and ``template`` run per record in Python on the executors, through Arrow (``mapInArrow`` keeps each
-partition's rows in order, so the destination's ordering and exactly-once are unchanged: only each
-line's text differs).
+``opencdc/json`` stays in the JVM (:func:`airflow_conduit.record.opencdc_json_sql`), and so does a
+``template`` that Spark SQL can print (:func:`airflow_conduit.config.template_sql.text_sql`: literal text,
+``toJson`` of the key or payload, ``index .Metadata``), such as the payload-only
+``{{ toJson .Payload.After }}``. ``debezium/json`` and the other templates run per record in Python on
+the executors, through Arrow (``mapInArrow`` keeps each partition's rows in order, so the destination's
+ordering and exactly-once are unchanged: only each line's text differs).
 
 - ``debezium/json``: the SDK's ``DebeziumConverter`` and ``JSONEncoder``: ``{"schema": ..., "payload":
   {"before", "after", "source", "op", "ts_ms", "transaction"}}``. ``source`` is the metadata, ``ts_ms`` the
@@ -20,6 +22,7 @@ line's text differs).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -49,7 +52,18 @@ def record_lines(records: DataFrame, record_format: RecordFormat | None = None) 
     """One ``value`` string per record, in the records' partitions and order."""
     if record_format is None or record_format.is_default:
         return records.selectExpr(f"{opencdc_json_sql()} AS value")
+    if record_format.name == "template" and (sql := template_text_sql(record_format.template)) is not None:
+        return records.selectExpr(f"{sql} AS value")
     return records.selectExpr(*record_text_sql()).mapInArrow(_mapper(record_format), "value string")
+
+
+@functools.lru_cache(maxsize=64)
+def template_text_sql(template: str) -> str | None:
+    """The Spark SQL of a ``template`` format's line, else ``None`` (parsed once: the destination asks
+    every micro-batch)."""
+    from airflow_conduit.config.template_sql import text_sql  # the driver's: workers import this module
+
+    return text_sql(Template.parse(template), missing_key_error=True)
 
 
 def _mapper(record_format: RecordFormat) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -448,6 +448,299 @@ public final class ConduitFunctions {
     }
   }
 
+  /** conduit_go_json(VARIANT, BOOLEAN) -> STRING: the value as Go's encoding/json writes what a
+   * template's toJson (true: HTML escaped) or toRawJson (false) gets for it, which is the value read
+   * back from its to_json text (airflow_conduit/gotemplate/gojson.py, byte for byte): keys sorted by
+   * their bytes, integers as they are, fractions as the shortest float64 that reads back, strings with
+   * Go's escapes. The rarer scalars (dates, timestamps, binary, UUIDs, floats, NaN) are read from Spark's
+   * own text of them, as the Python side reads them. */
+  public static final class GoJson implements org.apache.spark.sql.api.java.UDF2 {
+    private static final byte[] HEX = {
+      (byte) '0', (byte) '1', (byte) '2', (byte) '3', (byte) '4', (byte) '5', (byte) '6', (byte) '7',
+      (byte) '8', (byte) '9', (byte) 'a', (byte) 'b', (byte) 'c', (byte) 'd', (byte) 'e', (byte) 'f'};
+
+    public Object call(Object value, Object escapeHtml) {
+      if (value == null) return null;
+      VariantVal variant = (VariantVal) value;
+      byte[] data = variant.getValue();
+      Text out = new Text(2 * data.length + 16);
+      write(data, variant.getMetadata(), 0, Boolean.TRUE.equals(escapeHtml), out);
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
+    }
+
+    private static void write(byte[] value, byte[] metadata, int pos, boolean html, Text out) {
+      int header = value[pos] & 0xFF;
+      int basic = header & 3;
+      int info = header >> 2;
+      if (basic == 1) {
+        string(value, pos + 1, info, html, out);
+      } else if (basic == 2) {
+        ObjectBytes object = new ObjectBytes(value, pos);
+        KeyBytes keys = new KeyBytes(metadata);
+        int[] order = byteOrder(object, keys);
+        out.put((byte) '{');
+        for (int i = 0; i < object.size; i++) {
+          if (i > 0) out.put((byte) ',');
+          int field = order == null ? i : order[i];
+          int id = object.id(field);
+          string(metadata, keys.start(id), keys.length(id), html, out);
+          out.put((byte) ':');
+          write(value, metadata, object.field(field), html, out);
+        }
+        out.put((byte) '}');
+      } else if (basic == 3) {
+        int sizeBytes = (info & 4) != 0 ? 4 : 1;
+        int offsetSize = (info & 3) + 1;
+        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
+        int offsets = pos + 1 + sizeBytes;
+        int data = offsets + (size + 1) * offsetSize;
+        out.put((byte) '[');
+        for (int i = 0; i < size; i++) {
+          if (i > 0) out.put((byte) ',');
+          int element = data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+          write(value, metadata, element, html, out);
+        }
+        out.put((byte) ']');
+      } else if (info == 0) {
+        out.ascii("null");
+      } else if (info == 1) {
+        out.ascii("true");
+      } else if (info == 2) {
+        out.ascii("false");
+      } else if (info >= 3 && info <= 6) {
+        out.ascii(Long.toString(VariantUtil.getLong(value, pos)));
+      } else if (info == 7 && isFinite(VariantUtil.getDouble(value, pos))) {
+        goFloat(VariantUtil.getDouble(value, pos), out);
+      } else if (info == 8 || info == 9) {
+        decimal(value, pos, info == 8 ? 4 : 8, out);
+      } else if (info == 16) {
+        string(value, pos + 5, VariantUtil.readUnsigned(value, pos + 1, 4), html, out);
+      } else {
+        sparkText(value, metadata, pos, html, out);
+      }
+    }
+
+    private static boolean isFinite(double number) {
+      return !Double.isNaN(number) && !Double.isInfinite(number);
+    }
+
+    /** null when the object's fields are in the order of their keys' bytes (Go's order; Spark sorts
+     * them by String.compareTo, which differs past U+D7FF), else the fields in that order. */
+    private static int[] byteOrder(ObjectBytes object, KeyBytes keys) {
+      int k = 1;
+      while (k < object.size && compareKeys(object, keys, k - 1, k) < 0) k++;
+      if (k >= object.size) return null;
+      int[] order = new int[object.size];
+      for (int i = 0; i < order.length; i++) order[i] = i;
+      for (int i = 1; i < order.length; i++) {  // insertion sort: only such rare objects get here
+        int field = order[i];
+        int j = i - 1;
+        while (j >= 0 && compareKeys(object, keys, order[j], field) > 0) {
+          order[j + 1] = order[j];
+          j--;
+        }
+        order[j + 1] = field;
+      }
+      return order;
+    }
+
+    private static int compareKeys(ObjectBytes object, KeyBytes keys, int a, int b) {
+      int idA = object.id(a);
+      int idB = object.id(b);
+      int startA = keys.start(idA);
+      int startB = keys.start(idB);
+      int lengthA = keys.length(idA);
+      int lengthB = keys.length(idB);
+      int common = Math.min(lengthA, lengthB);
+      for (int i = 0; i < common; i++) {
+        int byteA = keys.metadata[startA + i] & 0xFF;
+        int byteB = keys.metadata[startB + i] & 0xFF;
+        if (byteA != byteB) return byteA - byteB;
+      }
+      return lengthA - lengthB;
+    }
+
+    /** A decimal of 4 or 8 bytes: to_json's text without the fraction's trailing zeros is an integer
+     * (read back exactly) or a fraction (read back as a float64). Up to 15 digits, those digits are
+     * the float64's shortest form (no two such decimals share a float64), so no search is needed. */
+    private static void decimal(byte[] value, int pos, int bytes, Text out) {
+      int scale = value[pos + 1] & 0xFF;
+      long unscaled = 0;
+      for (int k = bytes - 1; k >= 0; k--) unscaled = (unscaled << 8) | (value[pos + 2 + k] & 0xFF);
+      if (bytes == 4) unscaled = (int) unscaled;
+      while (scale > 0 && unscaled % 10 == 0) {
+        unscaled /= 10;
+        scale--;
+      }
+      if (scale == 0) {
+        out.ascii(Long.toString(unscaled));
+        return;
+      }
+      String digits = Long.toString(Math.abs(unscaled));
+      if (digits.length() > 15) {
+        goFloat(new java.math.BigDecimal(java.math.BigInteger.valueOf(unscaled), scale).doubleValue(), out);
+        return;
+      }
+      if (unscaled < 0) out.put((byte) '-');
+      goDigits(digits, digits.length() - scale, out);
+    }
+
+    /** A float64 as encoding/json writes it: the shortest digits that read back, positional from 1e-6
+     * to 1e21, else with an exponent (1e+21, 1e-7). */
+    static void goFloat(double number, Text out) {
+      if (number == 0) {
+        out.ascii(Double.doubleToRawLongBits(number) < 0 ? "-0" : "0");
+        return;
+      }
+      if (number < 0) out.put((byte) '-');
+      java.math.BigDecimal shortest = shortest(Math.abs(number));
+      String digits = shortest.unscaledValue().toString();
+      goDigits(digits, digits.length() - shortest.scale(), out);
+    }
+
+    /** The shortest decimal that reads back as the (positive, finite) number, the closest one of that
+     * length: Java 17's Double.toString is not always the shortest, but when it has up to 15
+     * significant digits no shorter decimal reads back as the same float64 (not so for subnormals,
+     * which have fewer digits of precision: 4.9E-324 is 5e-324). */
+    private static java.math.BigDecimal shortest(double number) {
+      if (number >= Double.MIN_NORMAL) {
+        java.math.BigDecimal printed = new java.math.BigDecimal(Double.toString(number)).stripTrailingZeros();
+        if (printed.precision() <= 15) return printed;
+      }
+      java.math.BigDecimal exact = new java.math.BigDecimal(number);
+      for (int precision = 1; precision < 17; precision++) {
+        java.math.BigDecimal nearest = exact.round(
+            new java.math.MathContext(precision, java.math.RoundingMode.HALF_EVEN));
+        if (Double.parseDouble(nearest.toString()) == number) return nearest.stripTrailingZeros();
+        // The nearest may fall outside where the number reads back while its neighbour on the other
+        // side of the exact value is inside (a power of two's lower gap is half its upper one).
+        java.math.BigDecimal other = nearest.compareTo(exact) < 0
+            ? nearest.add(nearest.ulp()) : nearest.subtract(nearest.ulp());
+        if (Double.parseDouble(other.toString()) == number) return other.stripTrailingZeros();
+      }
+      return exact.round(new java.math.MathContext(17, java.math.RoundingMode.HALF_EVEN)).stripTrailingZeros();
+    }
+
+    /** 0.DIGITS x 10^point (DIGITS without trailing zeros) as encoding/json writes a float64. */
+    private static void goDigits(String digits, int point, Text out) {
+      int length = digits.length();
+      if (point >= -5 && point <= 21) {
+        if (point <= 0) {
+          out.ascii("0.");
+          for (int k = point; k < 0; k++) out.put((byte) '0');
+          out.ascii(digits);
+        } else if (point >= length) {
+          out.ascii(digits);
+          for (int k = length; k < point; k++) out.put((byte) '0');
+        } else {
+          out.ascii(digits.substring(0, point));
+          out.put((byte) '.');
+          out.ascii(digits.substring(point));
+        }
+        return;
+      }
+      out.put((byte) digits.charAt(0));
+      if (length > 1) {
+        out.put((byte) '.');
+        out.ascii(digits.substring(1));
+      }
+      int power = point - 1;
+      out.put((byte) 'e');
+      if (power >= 0) {
+        out.ascii(power < 10 ? "+0" : "+");
+        out.ascii(Integer.toString(power));
+      } else {
+        out.put((byte) '-');
+        out.ascii(Integer.toString(-power));  // encoding/json trims e-07 to e-7
+      }
+    }
+
+    /** The rarer scalars as the Python side reads Spark's to_json text of them: a JSON string as the
+     * string, a number as a float64, NaN and infinities (Spark writes them quoted) as strings. */
+    private static void sparkText(byte[] value, byte[] metadata, int pos, boolean html, Text out) {
+      byte[] scalar = java.util.Arrays.copyOfRange(value, pos, pos + VariantUtil.valueSize(value, pos));
+      String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
+      String text = new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone));
+      char first = text.charAt(0);
+      if (first == '"') {
+        String string;
+        try {
+          com.fasterxml.jackson.core.JsonParser parser =
+              new com.fasterxml.jackson.core.JsonFactory().createParser(text);
+          parser.nextToken();
+          string = parser.getText();
+        } catch (java.io.IOException e) {
+          throw new IllegalStateException("Spark wrote a JSON string it cannot read: " + text, e);
+        }
+        byte[] utf8 = string.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        string(utf8, 0, utf8.length, html, out);
+      } else if (text.indexOf('.') < 0 && text.indexOf('E') < 0 && text.indexOf('e') < 0
+          && (first == '-' || (first >= '0' && first <= '9'))) {
+        out.ascii(text);  // an integer (a decimal of 16 bytes, say) reads back exactly
+      } else if (first == '-' || (first >= '0' && first <= '9')) {
+        goFloat(Double.parseDouble(text), out);
+      } else {
+        out.ascii(text);
+      }
+    }
+
+    /** A JSON string as encoding/json writes it (the Python side's json.encoder escapes): the quote,
+     * the backslash, control characters (\n, \r, \t, \b, \f short, the rest as \\u00xx), U+2028 and
+     * U+2029, and with html <, > and & as \\u003c, \\u003e, \\u0026. Text that is not valid UTF-8 is
+     * read as Java reads it (U+FFFD for each bad sequence), as Spark's to_json does. */
+    private static void string(byte[] text, int start, int length, boolean html, Text out) {
+      int end = start + length;
+      for (int i = start; i < end; i++) {
+        if (text[i] < 0) {  // not ASCII: make sure it is UTF-8
+          byte[] valid = new String(text, start, length, java.nio.charset.StandardCharsets.UTF_8)
+              .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+          text = valid;
+          start = 0;
+          end = valid.length;
+          break;
+        }
+      }
+      out.put((byte) '"');
+      int run = start;
+      for (int i = start; i < end; i++) {
+        int c = text[i] & 0xFF;
+        if (c >= 0x20 && c != '"' && c != '\\' && c != 0xE2 && !(html && (c == '<' || c == '>' || c == '&'))) {
+          continue;
+        }
+        if (c == 0xE2) {  // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
+          if (i + 2 >= end || (text[i + 1] & 0xFF) != 0x80 || ((text[i + 2] & 0xFF) & 0xFE) != 0xA8) continue;
+          out.put(text, run, i - run);
+          out.ascii((text[i + 2] & 0xFF) == 0xA8 ? "\\u2028" : "\\u2029");
+          i += 2;
+          run = i + 1;
+          continue;
+        }
+        out.put(text, run, i - run);
+        run = i + 1;
+        out.put((byte) '\\');
+        if (c == '"' || c == '\\') {
+          out.put((byte) c);
+        } else if (c == '\n') {
+          out.put((byte) 'n');
+        } else if (c == '\r') {
+          out.put((byte) 'r');
+        } else if (c == '\t') {
+          out.put((byte) 't');
+        } else if (c == '\b') {
+          out.put((byte) 'b');
+        } else if (c == '\f') {
+          out.put((byte) 'f');
+        } else {
+          out.ascii("u00");
+          out.put(HEX[c >> 4]);
+          out.put(HEX[c & 15]);
+        }
+      }
+      out.put(text, run, end - run);
+      out.put((byte) '"');
+    }
+  }
+
   public static final class TryParseJson implements org.apache.spark.sql.api.java.UDF1 {
     /** try_parse_json of UTF-8 bytes (a BINARY column; a STRING is encoded first). */
     public Object call(Object input) {
