@@ -125,6 +125,12 @@ def opencdc_struct_sql() -> str:
     )
 
 
+def try_parse_json_sql(text_sql: str) -> str:
+    """``try_parse_json`` of a STRING, through the engine's faster function
+    (:data:`TRY_PARSE_JSON_FUNCTION`), which reads the string's UTF-8 bytes."""
+    return f"{TRY_PARSE_JSON_FUNCTION}(cast({text_sql} AS binary))"
+
+
 def variant_json_sql(column: str) -> str:
     """A ``VARIANT`` column as JSON text: ``to_json``'s text, through the engine's faster function
     (:data:`VARIANT_JSON_FUNCTION`; a session the engine did not start registers it with

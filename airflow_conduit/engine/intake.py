@@ -36,6 +36,7 @@ from airflow_conduit.record import (
     SOURCE_DEFAULTS,
     SOURCE_TYPES,
     STATE_OPEN,
+    try_parse_json_sql,
 )
 from airflow_conduit.state import PipelineState
 
@@ -187,7 +188,7 @@ def batch_records(
         )
     columns = ["position", "operation", f"{metadata} AS metadata"]
     for name in DATA_FIELDS:
-        columns += [f"try_parse_json({name}_json) AS {name}", f"{name}_raw"]
+        columns += [f"{try_parse_json_sql(f'{name}_json')} AS {name}", f"{name}_raw"]
     records = batch.selectExpr(
         *columns,
         "_src",

@@ -38,6 +38,7 @@ from airflow_conduit.record import (
     STATE_FILTERED,
     STATE_NACKED,
     record_text_sql,
+    try_parse_json_sql,
 )
 
 # Structured values cross to Python as JSON text, as sources yield them.
@@ -308,8 +309,12 @@ def map_records(
     extra = extra or {}
     prepared = records.selectExpr(*record_text_sql(), *INTERNAL_COLUMNS, f"{active_sql(proc)} AS _active")
     mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items()))
+    # Text that is not JSON (json.dumps, for what orjson refuses, writes a NaN as NaN) still fails the
+    # batch in Spark's parse_json, as it did before the engine's faster reader.
     restored = [
-        F.expr(f"parse_json({column}_json)").alias(column) if column in DATA_FIELDS else F.col(column)
+        F.expr(f"coalesce({try_parse_json_sql(f'{column}_json')}, parse_json({column}_json))").alias(column)
+        if column in DATA_FIELDS
+        else F.col(column)
         for column in RECORD_COLUMNS
     ]
     return mapped.select(*restored, *INTERNAL_COLUMNS, *extra)

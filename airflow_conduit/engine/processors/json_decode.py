@@ -14,7 +14,7 @@ from airflow_conduit.engine.processors._expr import (
     sql_str,
     unsupported,
 )
-from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION
+from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION, try_parse_json_sql
 
 
 def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> DataFrame:
@@ -45,5 +45,5 @@ def apply(records: DataFrame, proc: ProcessorConfig[JsonDecodeSettings]) -> Data
         },
         problem="_text IS NOT NULL AND _parsed IS NULL",
         problem_message=invalid,
-        prelude={"_text": text, "_parsed": f"try_parse_json({text})"},
+        prelude={"_text": text, "_parsed": try_parse_json_sql(text)},
     )
