@@ -103,6 +103,11 @@ def _data_in(text: str | None, raw: bytes | None, long_number: bool | None = Non
 def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     if value is None:
         return None, None
+    if type(value) is dict:  # most structured data: straight to orjson
+        try:
+            return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode(), None
+        except orjson.JSONEncodeError:
+            return json.dumps(value, default=str), None
     if isinstance(value, (bytes, bytearray)):
         return None, bytes(value)
     if isinstance(value, str):
@@ -155,38 +160,66 @@ class ArrowRecords:
         self.changed: set[str] = set()
 
     @cached_property
-    def _data(self) -> list[tuple[list[str | None], list[bytes | None], list[bool | None]]]:
+    def _data(self) -> list[list[Any]]:
+        """Each data field's value for every row, as the function sees it: parsed a column at a time
+        (a batch holds Spark's ``arrow.maxRecordsPerBatch`` rows, 10,000 by default), not a call per
+        record. Each row's values are handed out once, to :meth:`record`."""
         import pyarrow.compute as pc
 
-        return [
-            (
-                self.columns[f"{name}_json"],
-                self.columns[f"{name}_raw"],
-                # One vectorised regex per column instead of one per record.
-                pc.match_substring_regex(self.source.column(f"{name}_json"), LONG_NUMBER).to_pylist(),
+        fields = []
+        for name in DATA_FIELDS:
+            raws = self.columns[f"{name}_raw"]
+            json_column = self.source.column(f"{name}_json")
+            if json_column.null_count == len(json_column):
+                fields.append(raws)
+                continue
+            texts = self.columns[f"{name}_json"]
+            # One vectorised regex per column instead of one per record.
+            long_numbers = pc.match_substring_regex(json_column, LONG_NUMBER).to_pylist()
+            if not any(long_numbers):
+                try:
+                    fields.append(
+                        [
+                            raw if text is None else orjson.loads(text)
+                            for text, raw in zip(texts, raws, strict=True)
+                        ]
+                    )
+                    continue
+                except orjson.JSONDecodeError:
+                    pass  # one text orjson refuses: each on its own below
+            fields.append(
+                [
+                    _data_in(text, raw, bool(long))
+                    for text, raw, long in zip(texts, raws, long_numbers, strict=True)
+                ]
             )
-            for name in DATA_FIELDS
-        ]
+        return fields
 
     def record(self, i: int) -> dict[str, Any]:
         """As :func:`record_of`, straight from the column lists (no per-row mapping)."""
         c = self.columns
-        data = [
-            _data_in(texts[i], raws[i], bool(long_numbers[i])) for texts, raws, long_numbers in self._data
-        ]
-        return _record(c["position"][i], c["operation"][i], c["metadata"][i], *data)
+        keys, befores, afters = self._data
+        metadata = c["metadata"][i]
+        return {
+            "position": c["position"][i],
+            "operation": c["operation"][i],
+            "metadata": dict(metadata) if metadata else {},
+            "key": keys[i],
+            "payload": {"before": befores[i], "after": afters[i]},
+        }
 
     def store(self, i: int, record: dict[str, Any]) -> None:
         c = self.columns
-        position = record.get("position", c["position"][i])
+        get = record.get
+        position = get("position", c["position"][i])
         c["position"][i] = position.encode() if isinstance(position, str) else position
-        c["operation"][i] = record.get("operation", c["operation"][i])
-        metadata = record.get("metadata") or {}
+        c["operation"][i] = get("operation", c["operation"][i])
+        metadata = get("metadata") or {}
         if metadata != (c["metadata"][i] or {}):  # kept as it came otherwise: rebuilding maps costs most
             c["metadata"][i] = metadata  # keys and values through str in to_batch
             self.changed.add("metadata")
-        payload = record.get("payload") or {}
-        c["key_json"][i], c["key_raw"][i] = _data_out(record.get("key"))
+        payload = get("payload") or {}
+        c["key_json"][i], c["key_raw"][i] = _data_out(get("key"))
         c["before_json"][i], c["before_raw"][i] = _data_out(payload.get("before"))
         c["after_json"][i], c["after_raw"][i] = _data_out(payload.get("after"))
         self.changed.update(_STORED)  # 54 ns a record: no shortcut that assumes what else is marked
