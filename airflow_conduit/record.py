@@ -91,6 +91,9 @@ VARIANT_SET_FUNCTION = "conduit_variant_set"
 GO_JSON_FUNCTION = "conduit_go_json"
 """The engine's SQL function for a ``VARIANT`` as a Go template's ``toJson`` (``true``) or ``toRawJson``
 (``false``) writes it (:mod:`airflow_conduit.engine.sql_functions`)."""
+MAP_JSON_FUNCTION = "conduit_map_json"
+"""The engine's SQL function for ``to_json`` of a map of strings: the same text, faster
+(:mod:`airflow_conduit.engine.sql_functions`)."""
 TRY_PARSE_JSON_FUNCTION = "conduit_try_parse_json"
 """The engine's SQL function for ``try_parse_json`` of UTF-8 bytes (a ``BINARY``): the same ``VARIANT``,
 faster (:mod:`airflow_conduit.engine.sql_functions`)."""
@@ -149,10 +152,10 @@ def opencdc_json_sql() -> str:
     of ``to_json`` of :func:`opencdc_struct_sql` with ``ignoreNullFields`` off.
 
     Each field is written on its own and the line is concatenated: a base64 position needs no escaping,
-    the operation is escaped as a JSON string by :data:`VARIANT_JSON_FUNCTION`, metadata is Spark's
-    ``to_json`` of the map, and the data fields are :func:`variant_json_sql`. (``to_json`` of a struct
-    for the head cost a quarter of the record model's time: its text was named twice to cut the last
-    brace, and Spark computed it twice.)
+    the operation is escaped as a JSON string by :data:`VARIANT_JSON_FUNCTION`, metadata is ``to_json``'s
+    text of the map by :data:`MAP_JSON_FUNCTION`, and the data fields are :func:`variant_json_sql`.
+    (``to_json`` of a struct for the head cost a quarter of the record model's time: its text was named
+    twice to cut the last brace, and Spark computed it twice.)
     """
 
     def or_null(text_sql: str) -> str:
@@ -163,6 +166,6 @@ def opencdc_json_sql() -> str:
     key, before, after = (or_null(variant_json_sql(data_sql(n))) for n in DATA_FIELDS)
     return (
         f"concat('{{\"position\":', {position}, ',\"operation\":', {operation}, "
-        f"',\"metadata\":', {or_null('to_json(metadata)')}, ',\"key\":', {key}, "
+        f"',\"metadata\":', {or_null(f'{MAP_JSON_FUNCTION}(metadata)')}, ',\"key\":', {key}, "
         f"',\"payload\":{{\"before\":', {before}, ',\"after\":', {after}, '}}}}')"
     )

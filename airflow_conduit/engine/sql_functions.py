@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from airflow_conduit.engine.jvm import cache_dir
 from airflow_conduit.record import (
     GO_JSON_FUNCTION,
+    MAP_JSON_FUNCTION,
     TRY_PARSE_JSON_FUNCTION,
     VARIANT_JSON_FUNCTION,
     VARIANT_SET_FUNCTION,
@@ -49,6 +50,10 @@ FUNCTIONS = {
 }
 """Each SQL function's name, the class that computes it (a Java ``UDF1``, ``UDF2``, ...) and the type it
 returns."""
+EXPRESSIONS = {MAP_JSON_FUNCTION: "org.airflowconduit.ConduitFunctions$MapJsonBuilder"}
+"""SQL functions that Spark's generated code calls as static methods with Spark's own values (no
+conversion of each argument, as a Java UDF's has): each name and the class that builds its expression
+(a ``scala.Function1`` from the arguments' expressions to the function's)."""
 
 
 def functions_jar(spark: SparkSession) -> Path:
@@ -97,8 +102,10 @@ def _write_jar(jar: Path, classes: dict[str, bytes]) -> None:
 
 def register_functions(spark: SparkSession) -> None:
     """Make the engine's SQL functions callable in ``spark`` (and in the sessions Spark clones from it,
-    such as a streaming query's). Again on the same session: nothing to do."""
-    if all(spark.catalog.functionExists(name) for name in FUNCTIONS):
+    such as a streaming query's). Again on the same session: only the calling thread's class loader
+    is set (see :func:`_load_classes_in_this_thread`)."""
+    _load_classes_in_this_thread(spark)
+    if all(spark.catalog.functionExists(name) for name in (*FUNCTIONS, *EXPRESSIONS)):
         return
     jar = functions_jar(spark)
     jvm: Any = spark._jvm
@@ -108,6 +115,21 @@ def register_functions(spark: SparkSession) -> None:
         function = function_class(spark, class_name).getDeclaredConstructor(None).newInstance(None)
         returned = jvm.org.apache.spark.sql.types.DataType.fromDDL(returns)
         spark._jsparkSession.udf().register(name, function, returned)
+    registry = spark._jsparkSession.sessionState().functionRegistry()
+    for name, class_name in EXPRESSIONS.items():
+        builder = function_class(spark, class_name).getDeclaredConstructor(None).newInstance(None)
+        registry.createOrReplaceTempFunction(name, builder, "java_udf")
+
+
+def _load_classes_in_this_thread(spark: SparkSession) -> None:
+    """Spark compiles a stage's generated code in the driver first, with the thread's context class
+    loader as its parent: it must see the classes of :data:`EXPRESSIONS` (else Spark runs the stage
+    without generated code). A streaming query's thread inherits the loader of the thread that starts
+    it."""
+    loader = function_class(spark, "org.airflowconduit.ConduitFunctions").getClassLoader()
+    thread = spark._jvm.Thread.currentThread()  # type: ignore[union-attr]
+    if not loader.equals(thread.getContextClassLoader()):
+        thread.setContextClassLoader(loader)
 
 
 _LOADERS: dict[str, Any] = {}

@@ -403,6 +403,8 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         ("X'00FF0A22'", "'odd \"op\"\\n'", "map(concat('k', char(1)), CAST(NULL AS string), 'v', 'x\\\\y')"),
         ("CAST(NULL AS binary)", "CAST(NULL AS string)", "CAST(NULL AS map<string,string>)"),
         ("X''", "''", "CAST(map() AS map<string,string>)"),
+        # Text that is not ASCII, and bytes that are not UTF-8 (to_json writes U+FFFD for them).
+        ("X'01'", "'create'", "map('é 😀 <&>', CAST(X'C328FF41' AS string), CAST(X'E2FF' AS string), 'ü')"),
     ]
     rows = [
         (head, key, before, after, raw)
@@ -428,12 +430,18 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         "CASE WHEN raw IS NULL THEN parse_json(after) END AS after",
         "CASE WHEN raw IS NOT NULL THEN raw END AS after_raw",
     )
-    checked = frame.selectExpr(
-        f"{opencdc_json_sql()} AS fast",
-        f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain",
-    ).collect()
+    checked = (
+        frame.selectExpr(
+            f"{opencdc_json_sql()} AS fast",
+            f"to_json({opencdc_struct_sql()}, map('ignoreNullFields', 'false')) AS plain",
+        )
+        # Bytes that are not UTF-8 would read as U+FFFD in Python either way: compare the bytes.
+        .selectExpr("*", "cast(fast AS binary) = cast(plain AS binary) AS same_bytes")
+        .collect()
+    )
     assert len(checked) == len(rows) > 100
     assert [r.fast for r in checked] == [r.plain for r in checked]
+    assert all(r.same_bytes for r in checked)
     assert {json.loads(r.fast)["metadata"] is None for r in checked} == {True, False}
     sample = json.loads(checked[0].fast)
     assert sample["key"] == {"a": {"x": [1, None, "s"]}, "b": 1}

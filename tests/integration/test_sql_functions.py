@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
 import zipfile
 
 from airflow_conduit.engine import sql_functions
-from airflow_conduit.record import TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION
+from airflow_conduit.record import MAP_JSON_FUNCTION, TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION
 from tests.conftest import ESCAPED_TEXT
 
 
@@ -41,6 +42,33 @@ def test_the_functions_are_registered_once_per_session(spark):
     sql_functions.register_functions(clone)
     [row] = clone.sql(f"SELECT {VARIANT_JSON_FUNCTION}(parse_json('[\"a\\\\tb\", 1]')) AS j").collect()
     assert row.j == '["a\\tb",1]'
+
+
+def test_a_static_method_function_runs_in_generated_code_from_any_thread(spark):
+    """``conduit_map_json`` is a static method Spark's generated code calls: the driver compiles that
+    code with the thread's class loader, which must see the jar (Spark would fall back to running
+    without generated code; with fallback off it fails). A new thread gets it from
+    ``register_functions``, as the engine's runner calls it."""
+    results: list[object] = []
+
+    def query() -> None:
+        try:
+            sql_functions.register_functions(spark)
+            rows = spark.sql(
+                f"SELECT {MAP_JSON_FUNCTION}(map('a', cast(id AS string), 'b', NULL)) AS j FROM range(3)"
+            ).collect()
+            results.append([row.j for row in rows])
+        except Exception as error:  # reported below, in the test's thread
+            results.append(error)
+
+    spark.conf.set("spark.sql.codegen.fallback", "false")
+    try:
+        worker = threading.Thread(target=query)
+        worker.start()
+        worker.join()
+    finally:
+        spark.conf.unset("spark.sql.codegen.fallback")
+    assert results == [[f'{{"a":"{i}","b":null}}' for i in range(3)]]
 
 
 def _try_parse_json_cases() -> list[bytes]:
