@@ -75,16 +75,12 @@ public final class ConduitFunctions {
           write(value, metadata, object.field(i), out);
         }
         out.put((byte) '}');
-      } else if (basic == 3) {  // an array: size, element offsets, then the elements
-        int sizeBytes = (info & 4) != 0 ? 4 : 1;
-        int offsetSize = (info & 3) + 1;
-        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
-        int offsets = pos + 1 + sizeBytes;
-        int data = offsets + (size + 1) * offsetSize;
+      } else if (basic == 3) {
+        ArrayBytes array = new ArrayBytes(value, pos);
         out.put((byte) '[');
-        for (int i = 0; i < size; i++) {
+        for (int i = 0; i < array.size; i++) {
           if (i > 0) out.put((byte) ',');
-          write(value, metadata, data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize), out);
+          write(value, metadata, array.element(i), out);
         }
         out.put((byte) ']');
       } else if (info == 0) {
@@ -116,14 +112,9 @@ public final class ConduitFunctions {
     /** A decimal of 4 or 8 bytes (a scale byte, then the unscaled value) as Spark writes it,
      * getDecimal(...).toPlainString(): without the fraction's trailing zeros. */
     private static void decimal(byte[] value, int pos, int bytes, Text out) {
-      int scale = value[pos + 1] & 0xFF;
-      long unscaled = 0;
-      for (int k = bytes - 1; k >= 0; k--) unscaled = (unscaled << 8) | (value[pos + 2 + k] & 0xFF);
-      if (bytes == 4) unscaled = (int) unscaled;
-      while (scale > 0 && unscaled % 10 == 0) {
-        unscaled /= 10;
-        scale--;
-      }
+      StrippedDecimal decimal = new StrippedDecimal(value, pos, bytes);
+      long unscaled = decimal.unscaled;
+      int scale = decimal.scale;
       if (scale == 0) {
         out.ascii(Long.toString(unscaled));
         return;
@@ -154,24 +145,7 @@ public final class ConduitFunctions {
         if (c == '"' || c == '\\' || (c >= 0 && c < 0x20)) {
           out.put(text, run, i - run);
           run = i + 1;
-          out.put((byte) '\\');
-          if (c == '"' || c == '\\') {
-            out.put(c);
-          } else if (c == '\n') {
-            out.put((byte) 'n');
-          } else if (c == '\t') {
-            out.put((byte) 't');
-          } else if (c == '\r') {
-            out.put((byte) 'r');
-          } else if (c == '\b') {
-            out.put((byte) 'b');
-          } else if (c == '\f') {
-            out.put((byte) 'f');
-          } else {
-            out.ascii("u00");
-            out.put(HEX[c >> 4]);
-            out.put(HEX[c & 15]);
-          }
+          out.escape(c, HEX);
         }
       }
       out.put(text, run, end - run);
@@ -211,6 +185,52 @@ public final class ConduitFunctions {
     /** Where field i's value starts. */
     int field(int i) {
       return data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+    }
+  }
+
+  /** Where an array's elements lie in a variant's value: its header byte (basic type 3; above it
+   * whether the size takes 4 bytes, and the offsets' size), the element count, the elements' offsets,
+   * then the elements. */
+  static final class ArrayBytes {
+    final byte[] value;
+    final int size;
+    final int offsetSize;
+    final int offsets;
+    final int data;
+
+    ArrayBytes(byte[] value, int pos) {
+      this.value = value;
+      int info = (value[pos] & 0xFF) >> 2;
+      int sizeBytes = (info & 4) != 0 ? 4 : 1;
+      offsetSize = (info & 3) + 1;
+      size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
+      offsets = pos + 1 + sizeBytes;
+      data = offsets + (size + 1) * offsetSize;
+    }
+
+    /** Where element i starts. */
+    int element(int i) {
+      return data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
+    }
+  }
+
+  /** A decimal of 4 or 8 bytes (a scale byte, then the unscaled value, little-endian) without its
+   * fraction's trailing zeros, as Spark's VariantUtil.getDecimal strips them. */
+  static final class StrippedDecimal {
+    final long unscaled;
+    final int scale;
+
+    StrippedDecimal(byte[] value, int pos, int bytes) {
+      int digitsAfterPoint = value[pos + 1] & 0xFF;
+      long number = 0;
+      for (int k = bytes - 1; k >= 0; k--) number = (number << 8) | (value[pos + 2 + k] & 0xFF);
+      if (bytes == 4) number = (int) number;
+      while (digitsAfterPoint > 0 && number % 10 == 0) {
+        number /= 10;
+        digitsAfterPoint--;
+      }
+      unscaled = number;
+      scale = digitsAfterPoint;
     }
   }
 
@@ -263,6 +283,29 @@ public final class ConduitFunctions {
       }
       System.arraycopy(from, start, bytes, size, length);
       size += length;
+    }
+
+    /** A character JSON writers escape (the quote, the backslash, a control character): the short
+     * escapes \", \\, \n, \t, \r, \b, \f, the others as \\u00 and two digits of hex. */
+    void escape(int c, byte[] hex) {
+      put((byte) '\\');
+      if (c == '"' || c == '\\') {
+        put((byte) c);
+      } else if (c == '\n') {
+        put((byte) 'n');
+      } else if (c == '\t') {
+        put((byte) 't');
+      } else if (c == '\r') {
+        put((byte) 'r');
+      } else if (c == '\b') {
+        put((byte) 'b');
+      } else if (c == '\f') {
+        put((byte) 'f');
+      } else {
+        ascii("u00");
+        put(hex[c >> 4]);
+        put(hex[c & 15]);
+      }
     }
 
     void ascii(String text) {
@@ -546,16 +589,11 @@ public final class ConduitFunctions {
         }
         out.put((byte) '}');
       } else if (basic == 3) {
-        int sizeBytes = (info & 4) != 0 ? 4 : 1;
-        int offsetSize = (info & 3) + 1;
-        int size = VariantUtil.readUnsigned(value, pos + 1, sizeBytes);
-        int offsets = pos + 1 + sizeBytes;
-        int data = offsets + (size + 1) * offsetSize;
+        ArrayBytes array = new ArrayBytes(value, pos);
         out.put((byte) '[');
-        for (int i = 0; i < size; i++) {
+        for (int i = 0; i < array.size; i++) {
           if (i > 0) out.put((byte) ',');
-          int element = data + VariantUtil.readUnsigned(value, offsets + i * offsetSize, offsetSize);
-          write(value, metadata, element, html, out);
+          write(value, metadata, array.element(i), html, out);
         }
         out.put((byte) ']');
       } else if (info == 0) {
@@ -621,14 +659,9 @@ public final class ConduitFunctions {
      * (read back exactly) or a fraction (read back as a float64). Up to 15 digits, those digits are
      * the float64's shortest form (no two such decimals share a float64), so no search is needed. */
     private static void decimal(byte[] value, int pos, int bytes, Text out) {
-      int scale = value[pos + 1] & 0xFF;
-      long unscaled = 0;
-      for (int k = bytes - 1; k >= 0; k--) unscaled = (unscaled << 8) | (value[pos + 2 + k] & 0xFF);
-      if (bytes == 4) unscaled = (int) unscaled;
-      while (scale > 0 && unscaled % 10 == 0) {
-        unscaled /= 10;
-        scale--;
-      }
+      StrippedDecimal decimal = new StrippedDecimal(value, pos, bytes);
+      long unscaled = decimal.unscaled;
+      int scale = decimal.scale;
       if (scale == 0) {
         out.ascii(Long.toString(unscaled));
         return;
@@ -774,24 +807,7 @@ public final class ConduitFunctions {
         }
         out.put(text, run, i - run);
         run = i + 1;
-        out.put((byte) '\\');
-        if (c == '"' || c == '\\') {
-          out.put((byte) c);
-        } else if (c == '\n') {
-          out.put((byte) 'n');
-        } else if (c == '\r') {
-          out.put((byte) 'r');
-        } else if (c == '\t') {
-          out.put((byte) 't');
-        } else if (c == '\b') {
-          out.put((byte) 'b');
-        } else if (c == '\f') {
-          out.put((byte) 'f');
-        } else {
-          out.ascii("u00");
-          out.put(HEX[c >> 4]);
-          out.put(HEX[c & 15]);
-        }
+        out.escape(c, HEX);
       }
       out.put(text, run, end - run);
       out.put((byte) '"');
