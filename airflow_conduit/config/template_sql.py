@@ -25,6 +25,7 @@ the template there). Those run in Python.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal as TypingLiteral
 
@@ -90,6 +91,12 @@ def text_sql(template: Template, *, missing_key_error: bool = False) -> str | No
     if not parts:
         return "''"
     return parts[0] if len(parts) == 1 else f"concat({', '.join(parts)})"
+
+
+@functools.lru_cache(maxsize=256)
+def source_text_sql(source: str, *, missing_key_error: bool = False) -> str | None:
+    """:func:`text_sql` of a template's source, parsed once: the engine asks every micro-batch."""
+    return text_sql(Template.parse(source), missing_key_error=missing_key_error)
 
 
 def _text_part(node: Node) -> str:

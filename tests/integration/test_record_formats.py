@@ -13,8 +13,9 @@ from pathlib import Path
 
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.config.settings.record_format import RecordFormat
+from airflow_conduit.config.template_sql import source_text_sql
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
-from airflow_conduit.engine.connectors.record_format import record_lines, serializer, template_text_sql
+from airflow_conduit.engine.connectors.record_format import record_lines, serializer
 from airflow_conduit.engine.processors.custom_python import ArrowRecords
 from airflow_conduit.record import record_text_sql
 from tests.conftest import ESCAPED_TEXT
@@ -263,7 +264,7 @@ def test_json_templates_in_the_jvm_print_what_go_prints(spark):
             '{{ toJson .Key }} {{ toJson .Payload.Before }} {{ index .Metadata "m" }}',
         ):
             record_format = RecordFormat("template", template=template)
-            assert template_text_sql(template) is not None, template
+            assert source_text_sql(template, missing_key_error=True) is not None, template
             jvm_lines = [r.value for r in record_lines(records, record_format).collect()]
             python_lines = [serializer(record_format)(record) for record in python_records]
             assert len(jvm_lines) == 2 * (len(GO_JSON_VALUES) + len(GO_JSON_CASTS)) + 1

@@ -22,7 +22,6 @@ ordering and exactly-once are unchanged: only each line's text differs).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -52,18 +51,13 @@ def record_lines(records: DataFrame, record_format: RecordFormat | None = None) 
     """One ``value`` string per record, in the records' partitions and order."""
     if record_format is None or record_format.is_default:
         return records.selectExpr(f"{opencdc_json_sql()} AS value")
-    if record_format.name == "template" and (sql := template_text_sql(record_format.template)) is not None:
-        return records.selectExpr(f"{sql} AS value")
+    if record_format.name == "template":
+        # The driver's: the workers import this module, and the config layer is heavy for them.
+        from airflow_conduit.config.template_sql import source_text_sql
+
+        if (sql := source_text_sql(record_format.template, missing_key_error=True)) is not None:
+            return records.selectExpr(f"{sql} AS value")
     return records.selectExpr(*record_text_sql()).mapInArrow(_mapper(record_format), "value string")
-
-
-@functools.lru_cache(maxsize=64)
-def template_text_sql(template: str) -> str | None:
-    """The Spark SQL of a ``template`` format's line, else ``None`` (parsed once: the destination asks
-    every micro-batch)."""
-    from airflow_conduit.config.template_sql import text_sql  # the driver's: workers import this module
-
-    return text_sql(Template.parse(template), missing_key_error=True)
 
 
 def _mapper(record_format: RecordFormat) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:

@@ -98,15 +98,18 @@ public final class ConduitFunctions {
       } else if (info == 16) {  // a long string: a 4-byte length, then its bytes
         quote(value, pos + 5, VariantUtil.readUnsigned(value, pos + 1, 4), out);
       } else {
-        // The rest (doubles, floats, dates, timestamps, binary, UUIDs): Spark's own text, from a copy
-        // of the value alone (a scalar does not use the metadata). Timestamps in the session's zone,
-        // as to_json writes them.
-        byte[] scalar = java.util.Arrays.copyOfRange(value, pos, pos + VariantUtil.valueSize(value, pos));
-        String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
-        byte[] text = new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone))
-            .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+        // The rest (doubles, floats, dates, timestamps, binary, UUIDs): Spark's own text.
+        byte[] text = scalarJson(value, metadata, pos).getBytes(java.nio.charset.StandardCharsets.UTF_8);
         out.put(text, 0, text.length);
       }
+    }
+
+    /** to_json's text of the scalar at pos, from a copy of the value alone (a scalar does not use the
+     * metadata); timestamps in the session's zone, as to_json writes them. */
+    static String scalarJson(byte[] value, byte[] metadata, int pos) {
+      byte[] scalar = java.util.Arrays.copyOfRange(value, pos, pos + VariantUtil.valueSize(value, pos));
+      String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
+      return new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone));
     }
 
     /** A decimal of 4 or 8 bytes (a scale byte, then the unscaled value) as Spark writes it,
@@ -151,6 +154,18 @@ public final class ConduitFunctions {
       out.put(text, run, end - run);
       out.put((byte) '"');
     }
+  }
+
+  /** Null for ASCII text; else the text's bytes as Java reads them into a String and writes them
+   * back, as Spark's to_json does: each sequence that is not UTF-8 becomes U+FFFD. */
+  static byte[] asJavaReadsIt(byte[] text, int start, int length) {
+    for (int i = start; i < start + length; i++) {
+      if (text[i] < 0) {
+        return new String(text, start, length, java.nio.charset.StandardCharsets.UTF_8)
+            .getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      }
+    }
+    return null;
   }
 
   /** Where an object's parts lie in a variant's value, as the binary format lays them out: its header
@@ -523,12 +538,8 @@ public final class ConduitFunctions {
      * not UTF-8 becomes U+FFFD. */
     private static void string(org.apache.spark.unsafe.types.UTF8String text, Text out) {
       byte[] bytes = text.getBytes();
-      for (int i = 0; i < bytes.length; i++) {
-        if (bytes[i] < 0) {
-          bytes = text.toString().getBytes(java.nio.charset.StandardCharsets.UTF_8);
-          break;
-        }
-      }
+      byte[] valid = asJavaReadsIt(bytes, 0, bytes.length);
+      if (valid != null) bytes = valid;
       VariantJson.quote(bytes, 0, bytes.length, out);
     }
   }
@@ -748,9 +759,7 @@ public final class ConduitFunctions {
     /** The rarer scalars as the Python side reads Spark's to_json text of them: a JSON string as the
      * string, a number as a float64, NaN and infinities (Spark writes them quoted) as strings. */
     private static void sparkText(byte[] value, byte[] metadata, int pos, boolean html, Text out) {
-      byte[] scalar = java.util.Arrays.copyOfRange(value, pos, pos + VariantUtil.valueSize(value, pos));
-      String zone = org.apache.spark.sql.internal.SQLConf.get().sessionLocalTimeZone();
-      String text = new Variant(scalar, metadata).toJson(java.time.ZoneId.of(zone));
+      String text = VariantJson.scalarJson(value, metadata, pos);
       char first = text.charAt(0);
       if (first == '"') {
         String string;
@@ -780,15 +789,11 @@ public final class ConduitFunctions {
      * read as Java reads it (U+FFFD for each bad sequence), as Spark's to_json does. */
     private static void string(byte[] text, int start, int length, boolean html, Text out) {
       int end = start + length;
-      for (int i = start; i < end; i++) {
-        if (text[i] < 0) {  // not ASCII: make sure it is UTF-8
-          byte[] valid = new String(text, start, length, java.nio.charset.StandardCharsets.UTF_8)
-              .getBytes(java.nio.charset.StandardCharsets.UTF_8);
-          text = valid;
-          start = 0;
-          end = valid.length;
-          break;
-        }
+      byte[] valid = asJavaReadsIt(text, start, length);
+      if (valid != null) {
+        text = valid;
+        start = 0;
+        end = valid.length;
       }
       out.put((byte) '"');
       int run = start;

@@ -13,14 +13,13 @@ The results are columns (``_tpl_cond``, ``_tpl_<setting>``) that the processor r
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
 
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.config.template_sql import text_sql
+from airflow_conduit.config.template_sql import source_text_sql
 from airflow_conduit.engine.processors._expr import sql_str
 from airflow_conduit.engine.processors.custom_python import ArrowRecords, map_records
 from airflow_conduit.gotemplate import Template, TemplateExecError, is_template
@@ -47,19 +46,13 @@ def column_of(setting: str) -> str:
     return f"_tpl_{setting}"
 
 
-@functools.lru_cache(maxsize=256)
-def _sql_of(text: str) -> str | None:
-    """A templated setting's Spark SQL, else ``None`` (parsed once: the engine asks every micro-batch)."""
-    return text_sql(Template.parse(text))
-
-
 def python_settings(proc: ProcessorConfig) -> tuple[str, ...]:
     """The processor's templated settings that Spark SQL cannot express."""
     names = TEMPLATED_SETTINGS.get(proc.plugin, ())
     return tuple(
         name
         for name in names
-        if is_template(value := getattr(proc.settings, name)) and _sql_of(value) is None
+        if is_template(value := getattr(proc.settings, name)) and source_text_sql(value) is None
     )
 
 
@@ -73,7 +66,7 @@ def setting_sql(proc: ProcessorConfig, name: str) -> str:
     value: str = getattr(proc.settings, name)
     if not is_template(value):
         return sql_str(value)
-    translated = _sql_of(value)
+    translated = source_text_sql(value)
     return translated if translated is not None else column_of(name)
 
 

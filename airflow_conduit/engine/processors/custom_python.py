@@ -103,11 +103,8 @@ def _data_in(text: str | None, raw: bytes | None, long_number: bool | None = Non
 def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     if value is None:
         return None, None
-    if type(value) is dict:  # most structured data: straight to orjson
-        try:
-            return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode(), None
-        except orjson.JSONEncodeError:
-            return json.dumps(value, default=str), None
+    if type(value) is dict:  # most structured data: no type checks before it
+        return _dumps(value), None
     if isinstance(value, (bytes, bytearray)):
         return None, bytes(value)
     if isinstance(value, str):
@@ -199,14 +196,7 @@ class ArrowRecords:
         """As :func:`record_of`, straight from the column lists (no per-row mapping)."""
         c = self.columns
         keys, befores, afters = self._data
-        metadata = c["metadata"][i]
-        return {
-            "position": c["position"][i],
-            "operation": c["operation"][i],
-            "metadata": dict(metadata) if metadata else {},
-            "key": keys[i],
-            "payload": {"before": befores[i], "after": afters[i]},
-        }
+        return _record(c["position"][i], c["operation"][i], c["metadata"][i], keys[i], befores[i], afters[i])
 
     def store(self, i: int, record: dict[str, Any]) -> None:
         c = self.columns
