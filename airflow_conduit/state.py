@@ -419,6 +419,11 @@ class PipelineState:
         return self.root / "decisions"
 
     @property
+    def memo_dir(self) -> Path:
+        """What the Python mappers of a batch attempt yielded (engine/processors/_memo.py)."""
+        return self.root / "memo"
+
+    @property
     def window_file(self) -> Path:
         return self.root / "window.json"
 

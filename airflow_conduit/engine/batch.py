@@ -10,7 +10,9 @@ after this function returns, i.e. after every destination and the DLQ hold it: t
 from __future__ import annotations
 
 import logging
+import shutil
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +32,7 @@ from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
 from airflow_conduit.engine.intake import batch_records, read_sources
 from airflow_conduit.engine.once import computed_once, release
-from airflow_conduit.engine.processors import apply_all, is_pure
+from airflow_conduit.engine.processors import _memo, apply_all, is_pure, repeats_in_attempt
 from airflow_conduit.engine.tally import FILTERED_RECORDS, TOTAL, StateTally
 from airflow_conduit.errors import Code, ConduitError, PipelineError, PipelineStopped
 from airflow_conduit.record import (
@@ -132,6 +134,9 @@ class _Purity:
 
     pipeline: bool
     """The sources' and the pipeline's processors."""
+    repeatable: bool
+    """The same, or a second evaluation in the batch attempt repeats the first because the Python
+    mappers keep their output (:mod:`.processors._memo`; local mode only)."""
     destinations: dict[str, bool]
     """Per destination node: its own processors."""
     replayable: bool
@@ -147,7 +152,12 @@ class _Purity:
     def unstored(self) -> bool:
         """Nothing need be stored: a second evaluation happens only for nacks and stops, and decides
         the same."""
-        return self.pipeline and self.replayable and self.single_reader
+        return self.repeatable and self.replayable and self.single_reader
+
+    @property
+    def keeps_mapper_output(self) -> bool:
+        """A batch whose records are not stored has its Python mappers keep their output."""
+        return self.repeatable and not self.pipeline
 
     @classmethod
     def of(cls, spark: SparkSession, pipeline: PipelineConfig) -> _Purity:
@@ -156,8 +166,12 @@ class _Purity:
         def pure(processors: tuple[ProcessorConfig, ...]) -> bool:
             return all(is_pure(p, empty) for p in processors)
 
+        processors = tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors
+        # Python workers on the driver's machine: they can read what another task of theirs wrote.
+        local = (spark.sparkContext.master or "").startswith("local")
         return cls(
-            pipeline=pure(tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors),
+            pipeline=pure(processors),
+            repeatable=all(is_pure(p, empty) or (local and repeats_in_attempt(p, empty)) for p in processors),
             destinations={d.node_id: pure(d.processors) for d in pipeline.destinations},
             replayable=all(s.spec.replays_identically for s in pipeline.sources),
             single_reader=len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors,
@@ -169,15 +183,25 @@ class _Held:
     """The frames of one batch computed once (:mod:`.once`), released when the batch is done."""
 
     frames: list[DataFrame]
+    mapper_output: Path | None = None
+    """Where the batch attempt's Python mappers keep what they yielded (:mod:`.processors._memo`)."""
 
     def add(self, frame: DataFrame) -> DataFrame:
         self.frames.append(frame)
         return frame
 
+    def seal(self) -> None:
+        """Every partition has been evaluated once: from now on each reads its mappers' kept output."""
+        if self.mapper_output is not None:
+            self.mapper_output.mkdir(parents=True, exist_ok=True)
+            (self.mapper_output / _memo.SEALED).touch()
+
     def release(self) -> None:
         for frame in self.frames:
             release(frame)
         self.frames.clear()
+        if self.mapper_output is not None:
+            shutil.rmtree(self.mapper_output, ignore_errors=True)
 
 
 @dataclass
@@ -228,6 +252,7 @@ class BatchProcessor:
         self.generation = generation
         self.windows = dlq.WindowStore(state.window_file)
         self.decisions = decisions.DecisionLog(state.decisions_dir)
+        shutil.rmtree(state.memo_dir, ignore_errors=True)  # a former run's attempts: never read again
         self._purity: _Purity | None = None
         self.counters = RunCounters()
         self.context = BatchContext(pipeline.id, -1, ())
@@ -253,6 +278,7 @@ class BatchProcessor:
         current = self._open(batch, batch_id)
         try:
             self.stage(current)
+            current.held.seal()
             verdict = self.decide(current)
         except BaseException:
             current.abandon()
@@ -284,12 +310,17 @@ class BatchProcessor:
                 batch, self.pipeline.sources, self.state, batch_id, read_at_ns
             )
             self.counters.source_rows.update(read_directly)
+            if self.purity.keeps_mapper_output:
+                held.mapper_output = self.state.memo_dir / f"{batch_id}-{uuid.uuid4().hex}"
+                held.mapper_output.mkdir(parents=True)
             if self.purity.unstored:
-                records = batch_records(batch, self.pipeline, self.context, read_at_ns)
-            elif self.purity.pipeline:
-                records = batch_records(
-                    held.add(computed_once(batch)), self.pipeline, self.context, read_at_ns
-                )
+                with _memo.keeping_output(held.mapper_output):
+                    records = batch_records(batch, self.pipeline, self.context, read_at_ns)
+            elif self.purity.repeatable:
+                with _memo.keeping_output(held.mapper_output):
+                    records = batch_records(
+                        held.add(computed_once(batch)), self.pipeline, self.context, read_at_ns
+                    )
             else:
                 records = held.add(
                     computed_once(batch_records(batch, self.pipeline, self.context, read_at_ns))

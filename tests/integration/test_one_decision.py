@@ -415,6 +415,62 @@ def test_a_batch_computed_once_is_never_computed_again(spark, tmp_path):
     cached.unpersist()
 
 
+def test_a_mapper_keeps_its_output_for_the_batch_attempt(spark, tmp_path):
+    """In local mode an unstored batch's Python mappers keep what they yielded (engine/processors/
+    _memo.py): a second action reads it back and never calls the function again; once the batch is
+    sealed, a partition whose output is gone fails the action rather than call it again; and output
+    kept for other rows is refused."""
+    import os
+
+    import numpy as np
+    import pyarrow as pa
+
+    from airflow_conduit.engine.processors import _memo
+
+    calls = tmp_path / "calls.txt"
+
+    def drawing(batches):  # a random number per row: two evaluations would disagree
+        for batch in batches:
+            fd = os.open(str(calls), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            os.write(fd, f"{batch.num_rows}\n".encode())
+            os.close(fd)
+            draws = pa.Array.from_buffers(
+                pa.float64(), batch.num_rows, [None, pa.py_buffer(np.random.random(batch.num_rows))]
+            )
+            yield pa.RecordBatch.from_arrays([batch.column("_seq"), draws], names=["_seq", "draw"])
+
+    def called() -> int:
+        count = sum(int(n) for n in calls.read_text().split()) if calls.exists() else 0
+        calls.unlink(missing_ok=True)
+        return count
+
+    def numbers(start: int):
+        return spark.range(start, start + 1000, numPartitions=4).selectExpr("id AS _seq")
+
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    with _memo.keeping_output(kept):
+        drawn = numbers(0).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+    with _memo.keeping_output(kept):  # the same mapper of a plan made again: its first files
+        other_rows = numbers(5000).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+    plain = numbers(0).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+
+    first = sorted(drawn.collect())
+    assert called() == 1000 and len({row.draw for row in first}) == 1000
+    assert sorted(drawn.collect()) == first and called() == 0
+    assert drawn.filter("_seq % 2 = 0").count() == 500 and called() == 0
+    with pytest.raises(Exception, match="kept for"):
+        other_rows.count()
+    assert plain.count() == 1000 and called() == 1000  # planned outside keeping_output: no memo
+
+    (kept / _memo.SEALED).touch()
+    assert sorted(drawn.collect()) == first and called() == 0
+    (kept / "p_draw-0-0.arrow").unlink()
+    with pytest.raises(Exception, match="is gone"):
+        drawn.count()
+    assert called() == 0
+
+
 RANDOM_CONDITION = """
 version: "2.2"
 pipelines:
@@ -441,18 +497,28 @@ def test_a_builtin_processor_with_a_random_condition_is_decided_once(run_yaml, t
 
 
 @pytest.mark.parametrize(
-    ("processor", "pure"),
+    ("processor", "pure", "unstored"),
     [
-        ("{id: p, plugin: field.set, settings: {field: .Payload.After.x, value: '1'}}", True),
-        ("{id: p, plugin: filter, condition: \".Operation = 'create'\"}", True),
-        ("{id: p, plugin: filter, condition: 'rand() < 0.5'}", False),
-        ("{id: p, plugin: filter, condition: 'uuid() IS NOT NULL'}", False),
-        ("{id: p, plugin: filter, condition: \"current_timestamp() > TIMESTAMP '2020-01-01'\"}", False),
-        ("{id: p, plugin: custom.python, settings: {function: 'json:dumps'}}", False),
+        ("{id: p, plugin: field.set, settings: {field: .Payload.After.x, value: '1'}}", True, True),
+        ("{id: p, plugin: filter, condition: \".Operation = 'create'\"}", True, True),
+        ("{id: p, plugin: filter, condition: 'rand() < 0.5'}", False, False),
+        ("{id: p, plugin: filter, condition: 'uuid() IS NOT NULL'}", False, False),
+        (
+            "{id: p, plugin: filter, condition: \"current_timestamp() > TIMESTAMP '2020-01-01'\"}",
+            False,
+            False,
+        ),
+        # Not pure, but in local mode its Python mapper keeps what it yielded for the batch attempt.
+        ("{id: p, plugin: custom.python, settings: {function: 'json:dumps'}}", False, True),
+        (
+            "{id: p, plugin: custom.python, condition: 'rand() < 0.5', settings: {function: 'json:dumps'}}",
+            False,
+            False,
+        ),
     ],
-    ids=["field.set", "filter", "rand", "uuid", "clock", "custom.python"],
+    ids=["field.set", "filter", "rand", "uuid", "clock", "custom.python", "custom.python-rand"],
 )
-def test_which_processors_may_be_evaluated_again(spark, tmp_path, processor, pure):
+def test_which_processors_may_be_evaluated_again(spark, tmp_path, processor, pure, unstored):
     """And so whether a batch's rows are stored, which sets the default records per batch."""
     from airflow_conduit.config.settings import DEFAULT_MAX_RECORDS_PER_BATCH, UNSTORED_MAX_RECORDS_PER_BATCH
     from airflow_conduit.engine.batch import BatchProcessor
@@ -478,7 +544,7 @@ pipelines:
     )
     pipeline = load_pipeline_text(bulk, "<purity>").pipelines[0]
     batches = BatchProcessor(pipeline, PipelineState(tmp_path, pipeline.id), "g")
-    assert batches.analyse(spark).unstored is pure
+    assert batches.analyse(spark).unstored is unstored
     [source] = admitted_sources(pipeline, nothing_stored=batches.nothing_stored)
-    default = UNSTORED_MAX_RECORDS_PER_BATCH if pure else DEFAULT_MAX_RECORDS_PER_BATCH
+    default = UNSTORED_MAX_RECORDS_PER_BATCH if unstored else DEFAULT_MAX_RECORDS_PER_BATCH
     assert source.settings.max_records_per_batch == default

@@ -27,6 +27,7 @@ from airflow_conduit.config.settings import CustomPythonSettings
 from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
+from airflow_conduit.engine.processors._memo import memoized
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
@@ -331,7 +332,9 @@ def map_records(
     processor acts). ``extra``: columns (name -> Spark type) the mapper adds, kept in the result."""
     extra = extra or {}
     prepared = records.selectExpr(*record_text_sql(), *INTERNAL_COLUMNS, f"{active_sql(proc)} AS _active")
-    mapped = prepared.mapInArrow(mapper, ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items()))
+    mapped = prepared.mapInArrow(
+        memoized(mapper, proc.node_id), ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
+    )
     # Text that is not JSON (json.dumps, for what orjson refuses, writes a NaN as NaN) still fails the
     # batch in Spark's parse_json, as it did before the engine's faster reader.
     restored = [
