@@ -13,7 +13,9 @@ micro-batch fails as transient, and the restart replays it from the offset log a
 lazy: the batch's first action (a destination's write) computes and stores the rows in the same pass,
 not in a job of its own. The batch decides what is stored (engine/batch.py): the records after the
 processors when one is not pure, else the source's rows, which cost less to store, or nothing when even
-the source gives a batch's rows again identically and one write reads them.
+the source gives a batch's rows again identically and one write reads them. In local mode a processor
+whose only impure part is the Python it runs per record counts as pure: its mapper keeps what it
+yielded for the batch attempt (engine/processors/_memo.py).
 """
 
 from __future__ import annotations
