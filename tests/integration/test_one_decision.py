@@ -415,6 +415,49 @@ def test_a_batch_computed_once_is_never_computed_again(spark, tmp_path):
     cached.unpersist()
 
 
+def test_nacks_from_several_file_partitions_meet_the_function_once(run_yaml, tmp_path):
+    """A file source read in several partitions, one destination, a DLQ: the batch stores nothing and
+    the DLQ's pass (which coalesces the nacked records into one task) reads each partition's kept
+    output back."""
+    calls, module = write_counter(tmp_path, nack_every=10)
+    source = tmp_path / "in"
+    source.mkdir()
+    for part in range(3):
+        lines = (json.dumps({"n": key}) for key in range(part * 1000, (part + 1) * 1000))
+        (source / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
+    module_text = (tmp_path / "udf" / f"{module}.py").read_text()
+    (tmp_path / "udf" / f"{module}.py").write_text(
+        module_text.replace('int(record["key"])', 'json.loads(record["payload"]["after"])["n"]').replace(
+            "import os", "import json\nimport os"
+        )
+    )
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: files
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: count, plugin: custom.python, settings: {{function: "{module}:count", path: "{{tmp}}/udf"}}}}
+    dead-letter-queue:
+      plugin: builtin:file
+      settings: {{path: "{{tmp}}/dlq"}}
+      window-size: 0
+""")
+    assert payload["exit_code"] == 0, payload["error"]
+    assert calls_of(calls) == Counter(range(3000))
+    nacked = [k for k in range(3000) if k % 10 == 0]
+    written = sorted(json.loads(text(r["payload"]["after"]))["n"] for r in read_jsonl(tmp_path / "out"))
+    assert written == [k for k in range(3000) if k % 10]
+    dlq = sorted(
+        json.loads(text(r["payload"]["after"]["payload"]["after"]))["n"] for r in read_jsonl(tmp_path / "dlq")
+    )
+    assert dlq == nacked
+    assert payload["records"]["dlq"] == len(nacked)
+    assert not list((tmp_path / "state" / "files" / "memo").glob("*"))  # removed with the batch
+
+
 def test_a_mapper_keeps_its_output_for_the_batch_attempt(spark, tmp_path):
     """In local mode an unstored batch's Python mappers keep what they yielded (engine/processors/
     _memo.py): a second action reads it back and never calls the function again; once the batch is
@@ -444,16 +487,16 @@ def test_a_mapper_keeps_its_output_for_the_batch_attempt(spark, tmp_path):
         calls.unlink(missing_ok=True)
         return count
 
-    def numbers(start: int):
-        return spark.range(start, start + 1000, numPartitions=4).selectExpr("id AS _seq")
+    def numbers(count: int):
+        return spark.range(0, count, numPartitions=4).selectExpr("id AS _seq")
 
     kept = tmp_path / "kept"
     kept.mkdir()
     with _memo.keeping_output(kept):
-        drawn = numbers(0).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
-    with _memo.keeping_output(kept):  # the same mapper of a plan made again: its first files
-        other_rows = numbers(5000).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
-    plain = numbers(0).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+        drawn = numbers(1000).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+    with _memo.keeping_output(kept):  # the same mapper planned again, over other rows
+        other_rows = numbers(900).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
+    plain = numbers(1000).mapInArrow(_memo.memoized(drawing, "p:draw"), "_seq long, draw double")
 
     first = sorted(drawn.collect())
     assert called() == 1000 and len({row.draw for row in first}) == 1000
@@ -461,12 +504,15 @@ def test_a_mapper_keeps_its_output_for_the_batch_attempt(spark, tmp_path):
     assert drawn.filter("_seq % 2 = 0").count() == 500 and called() == 0
     with pytest.raises(Exception, match="kept for"):
         other_rows.count()
+    called()  # the other rows' partitions that start elsewhere were new: evaluated, not refused
     assert plain.count() == 1000 and called() == 1000  # planned outside keeping_output: no memo
+    # One task evaluates every partition after a coalesce: each still reads its own output.
+    assert sorted(drawn.coalesce(1).collect()) == first and called() == 0
 
     (kept / _memo.SEALED).touch()
     assert sorted(drawn.collect()) == first and called() == 0
-    (kept / "p_draw-0-0.arrow").unlink()
-    with pytest.raises(Exception, match="is gone"):
+    (kept / "p_draw-0-0.arrow").unlink()  # the partition whose first _seq is 0
+    with pytest.raises(Exception, match="gone"):
         drawn.count()
     assert called() == 0
 

@@ -73,12 +73,24 @@ def memoized(mapper: Mapper, node_id: str) -> Mapper:
 
         task = TaskContext.get()
         assert task is not None, "a mapper runs in a Spark task"
-        name = f"{_file_name(node_id)}-{number}-{task.partitionId()}"
+        # The partition is named by its first record's _seq, which holds the partition's index where
+        # the records were numbered: a task's own index is not it when a later step coalesces
+        # partitions (one task then evaluates several).
+        skipped: list[pa.RecordBatch] = []
+        for batch in batches:
+            skipped.append(batch)
+            if batch.num_rows:
+                break
+        else:  # no rows: nothing for the function to decide
+            yield from mapper(iter(skipped))
+            return
+        batches = itertools.chain(skipped, batches)
+        name = f"{_file_name(node_id)}-{number}-{skipped[-1].column('_seq')[0].as_py()}"
         kept, rows = Path(directory) / f"{name}.arrow", Path(directory) / f"{name}.json"
         if kept.exists():
             yield from _replay(batches, kept, rows)
         elif (Path(directory) / SEALED).exists():
-            raise MemoLost(f"{kept}: the output of {node_id!r} for this partition is gone")
+            raise MemoLost(f"{kept}: the output of {node_id!r} for these records is gone")
         else:
             counts = _RowCount()
             yield from _first(mapper(_counted(batches, counts)), kept, rows, counts, task.attemptNumber())
