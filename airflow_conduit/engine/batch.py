@@ -136,7 +136,9 @@ class _Purity:
     """The sources' and the pipeline's processors."""
     repeatable: bool
     """The same, or a second evaluation in the batch attempt repeats the first because the Python
-    mappers keep their output (:mod:`.processors._memo`; local mode only)."""
+    mappers keep their output (:mod:`.processors._memo`): in local mode, when a nack stops the
+    pipeline. (A DLQ that takes nacks reads the records again twice, for the nacked ones and for the
+    decision log, which stored records serve faster than a second pass through the Python workers.)"""
     destinations: dict[str, bool]
     """Per destination node: its own processors."""
     replayable: bool
@@ -156,8 +158,8 @@ class _Purity:
 
     @property
     def keeps_mapper_output(self) -> bool:
-        """A batch whose records are not stored has its Python mappers keep their output."""
-        return self.repeatable and not self.pipeline
+        """The batch stores nothing because its Python mappers keep their output."""
+        return self.unstored and not self.pipeline
 
     @classmethod
     def of(cls, spark: SparkSession, pipeline: PipelineConfig) -> _Purity:
@@ -169,9 +171,11 @@ class _Purity:
         processors = tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors
         # Python workers on the driver's machine: they can read what another task of theirs wrote.
         local = (spark.sparkContext.master or "").startswith("local")
+        dlq = pipeline.dlq
+        keeps = local and dlq.window_size > 0 and dlq.window_nack_threshold == 0
         return cls(
             pipeline=pure(processors),
-            repeatable=all(is_pure(p, empty) or (local and repeats_in_attempt(p, empty)) for p in processors),
+            repeatable=all(is_pure(p, empty) or (keeps and repeats_in_attempt(p, empty)) for p in processors),
             destinations={d.node_id: pure(d.processors) for d in pipeline.destinations},
             replayable=all(s.spec.replays_identically for s in pipeline.sources),
             single_reader=len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors,
@@ -310,17 +314,16 @@ class BatchProcessor:
                 batch, self.pipeline.sources, self.state, batch_id, read_at_ns
             )
             self.counters.source_rows.update(read_directly)
-            if self.purity.keeps_mapper_output:
-                held.mapper_output = self.state.memo_dir / f"{batch_id}-{uuid.uuid4().hex}"
-                held.mapper_output.mkdir(parents=True)
             if self.purity.unstored:
+                if self.purity.keeps_mapper_output:
+                    held.mapper_output = self.state.memo_dir / f"{batch_id}-{uuid.uuid4().hex}"
+                    held.mapper_output.mkdir(parents=True)
                 with _memo.keeping_output(held.mapper_output):
                     records = batch_records(batch, self.pipeline, self.context, read_at_ns)
-            elif self.purity.repeatable:
-                with _memo.keeping_output(held.mapper_output):
-                    records = batch_records(
-                        held.add(computed_once(batch)), self.pipeline, self.context, read_at_ns
-                    )
+            elif self.purity.pipeline:
+                records = batch_records(
+                    held.add(computed_once(batch)), self.pipeline, self.context, read_at_ns
+                )
             else:
                 records = held.add(
                     computed_once(batch_records(batch, self.pipeline, self.context, read_at_ns))

@@ -415,21 +415,25 @@ def test_a_batch_computed_once_is_never_computed_again(spark, tmp_path):
     cached.unpersist()
 
 
-def test_nacks_from_several_file_partitions_meet_the_function_once(run_yaml, tmp_path):
-    """A file source read in several partitions, one destination, a DLQ: the batch stores nothing and
-    the DLQ's pass (which coalesces the nacked records into one task) reads each partition's kept
-    output back."""
-    calls, module = write_counter(tmp_path, nack_every=10)
+@pytest.mark.parametrize("outcome", ["nack", "stop"])
+def test_a_second_pass_over_several_file_partitions_meets_the_function_once(run_yaml, tmp_path, outcome):
+    """A file source read in several partitions, one destination, Conduit's default DLQ (the first nack
+    stops): the batch stores nothing, and finding the nacked or stopping record is a second pass,
+    which reads each partition's kept output back rather than call the function again."""
+    if outcome == "nack":
+        calls, module = write_counter(tmp_path, nack_every=700)
+    else:
+        calls, module = write_counter(tmp_path, stop_at=2500, stop_kind="fatal")
     source = tmp_path / "in"
     source.mkdir()
     for part in range(3):
         lines = (json.dumps({"n": key}) for key in range(part * 1000, (part + 1) * 1000))
         (source / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n")
-    module_text = (tmp_path / "udf" / f"{module}.py").read_text()
-    (tmp_path / "udf" / f"{module}.py").write_text(
-        module_text.replace('int(record["key"])', 'json.loads(record["payload"]["after"])["n"]').replace(
-            "import os", "import json\nimport os"
-        )
+    udf = tmp_path / "udf" / f"{module}.py"
+    udf.write_text(
+        udf.read_text()
+        .replace('int(record["key"])', 'json.loads(record["payload"]["after"])["n"]')
+        .replace("import os", "import json\nimport os")
     )
     payload = run_yaml(f"""
 version: "2.2"
@@ -440,21 +444,12 @@ pipelines:
       - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
     processors:
       - {{id: count, plugin: custom.python, settings: {{function: "{module}:count", path: "{{tmp}}/udf"}}}}
-    dead-letter-queue:
-      plugin: builtin:file
-      settings: {{path: "{{tmp}}/dlq"}}
-      window-size: 0
 """)
-    assert payload["exit_code"] == 0, payload["error"]
-    assert calls_of(calls) == Counter(range(3000))
-    nacked = [k for k in range(3000) if k % 10 == 0]
-    written = sorted(json.loads(text(r["payload"]["after"]))["n"] for r in read_jsonl(tmp_path / "out"))
-    assert written == [k for k in range(3000) if k % 10]
-    dlq = sorted(
-        json.loads(text(r["payload"]["after"]["payload"]["after"]))["n"] for r in read_jsonl(tmp_path / "dlq")
-    )
-    assert dlq == nacked
-    assert payload["records"]["dlq"] == len(nacked)
+    assert payload["exit_code"] == 1
+    expected = "dlq_threshold_exceeded" if outcome == "nack" else "processor_fatal"
+    assert payload["error"]["code"] == expected, payload["error"]
+    assert calls_of(calls) == Counter(range(3000))  # one batch: every record once, none twice
+    assert read_jsonl(tmp_path / "out") == []
     assert not list((tmp_path / "state" / "files" / "memo").glob("*"))  # removed with the batch
 
 
