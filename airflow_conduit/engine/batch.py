@@ -169,13 +169,17 @@ class _Purity:
             return all(is_pure(p, empty) for p in processors)
 
         processors = tuple(p for s in pipeline.sources for p in s.processors) + pipeline.processors
+        each_pure = [is_pure(p, empty) for p in processors]
         # Python workers on the driver's machine: they can read what another task of theirs wrote.
         local = (spark.sparkContext.master or "").startswith("local")
         dlq = pipeline.dlq
         keeps = local and dlq.window_size > 0 and dlq.window_nack_threshold == 0
         return cls(
-            pipeline=pure(processors),
-            repeatable=all(is_pure(p, empty) or (keeps and repeats_in_attempt(p, empty)) for p in processors),
+            pipeline=all(each_pure),
+            repeatable=all(
+                pure or (keeps and repeats_in_attempt(p, empty))
+                for p, pure in zip(processors, each_pure, strict=True)
+            ),
             destinations={d.node_id: pure(d.processors) for d in pipeline.destinations},
             replayable=all(s.spec.replays_identically for s in pipeline.sources),
             single_reader=len(pipeline.destinations) == 1 and not pipeline.destinations[0].processors,
@@ -196,8 +200,7 @@ class _Held:
 
     def seal(self) -> None:
         """Every partition has been evaluated once: from now on each reads its mappers' kept output."""
-        if self.mapper_output is not None:
-            self.mapper_output.mkdir(parents=True, exist_ok=True)
+        if self.mapper_output is not None:  # made by BatchProcessor._open
             (self.mapper_output / _memo.SEALED).touch()
 
     def release(self) -> None:

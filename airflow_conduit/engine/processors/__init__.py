@@ -50,19 +50,14 @@ def is_pure(proc: ProcessorConfig, empty: DataFrame) -> bool:
     """
     if not proc.spec.pure or _templates.needs_python(proc):
         return False  # a template may call uuidv4 or randAlphaNum: decided once, like user code
-    return _deterministic(proc, empty)
+    return repeats_in_attempt(proc, empty)
 
 
 def repeats_in_attempt(proc: ProcessorConfig, empty: DataFrame) -> bool:
     """Whether a second evaluation of ``proc`` in the same batch attempt gives the first one's result
-    when its Python mappers keep their output (:mod:`._memo`): a pure processor, or one whose only
-    impure part is the Python it runs per record (user code, a template's random values)."""
-    return is_pure(proc, empty) or _deterministic(proc, empty)
-
-
-def _deterministic(proc: ProcessorConfig, empty: DataFrame) -> bool:
-    """Spark deems the processor's plan deterministic (a Python mapper counts as such) and it reads no
-    clock."""
+    when its Python mappers keep their output (:mod:`._memo`): Spark deems its plan deterministic (a
+    Python mapper counts as such) and it reads no clock. Every pure processor does; so does one whose
+    only impure part is the Python it runs per record (user code, a template's random values)."""
     plan = apply(empty, proc)._jdf.queryExecution().analyzed()
     return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 
