@@ -94,6 +94,9 @@ GO_JSON_FUNCTION = "conduit_go_json"
 MAP_JSON_FUNCTION = "conduit_map_json"
 """The engine's SQL function for ``to_json`` of a map of strings: the same text, faster
 (:mod:`airflow_conduit.engine.sql_functions`)."""
+JSON_MAP_FUNCTION = "conduit_json_map"
+"""The engine's SQL function that reads :data:`MAP_JSON_FUNCTION`'s text back into a map of strings
+(:mod:`airflow_conduit.engine.sql_functions`)."""
 TRY_PARSE_JSON_FUNCTION = "conduit_try_parse_json"
 """The engine's SQL function for ``try_parse_json`` of UTF-8 bytes (a ``BINARY``): the same ``VARIANT``,
 faster (:mod:`airflow_conduit.engine.sql_functions`)."""

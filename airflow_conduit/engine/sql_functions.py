@@ -6,6 +6,11 @@ the new Jackson ``JsonFactory`` Spark 4.2 builds for every string it escapes. Me
 (Spark's text reader, ``json.decode``, ``field.set`` and the OpenCDC envelope as one batch job, 4
 alternating rounds, identical output): 3.66 s with ``to_json`` against 2.94 s with the function.
 
+``conduit_map_json(MAP<STRING, STRING>)`` (:data:`~airflow_conduit.record.MAP_JSON_FUNCTION`) gives
+``to_json``'s text of a map of strings, and ``conduit_json_map(STRING)``
+(:data:`~airflow_conduit.record.JSON_MAP_FUNCTION`) reads that text back: the metadata crosses to the
+Python workers of ``custom.python`` and back as text, not as a map.
+
 ``conduit_variant_set(VARIANT, STRING, VARIANT)`` (:data:`~airflow_conduit.record.VARIANT_SET_FUNCTION`)
 sets one field of an object, as ``to_variant_object(map_concat(...))`` does, without the map in between
 (``tests/integration/test_processors.py`` compares them).
@@ -33,6 +38,7 @@ from pyspark.sql import SparkSession
 from airflow_conduit.engine.jvm import cache_dir
 from airflow_conduit.record import (
     GO_JSON_FUNCTION,
+    JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
     TRY_PARSE_JSON_FUNCTION,
     VARIANT_JSON_FUNCTION,
@@ -50,7 +56,10 @@ FUNCTIONS = {
 }
 """Each SQL function's name, the class that computes it (a Java ``UDF1``, ``UDF2``, ...) and the type it
 returns."""
-EXPRESSIONS = {MAP_JSON_FUNCTION: "org.airflowconduit.ConduitFunctions$MapJsonBuilder"}
+EXPRESSIONS = {
+    MAP_JSON_FUNCTION: "org.airflowconduit.ConduitFunctions$MapJsonBuilder",
+    JSON_MAP_FUNCTION: "org.airflowconduit.ConduitFunctions$JsonMapBuilder",
+}
 """SQL functions that Spark's generated code calls as static methods with Spark's own values (no
 conversion of each argument, as a Java UDF's has): each name and the class that builds its expression
 (a ``scala.Function1`` from the arguments' expressions to the function's)."""

@@ -6,8 +6,16 @@ import json
 import threading
 import zipfile
 
+import orjson
+import pytest
+
 from airflow_conduit.engine import sql_functions
-from airflow_conduit.record import MAP_JSON_FUNCTION, TRY_PARSE_JSON_FUNCTION, VARIANT_JSON_FUNCTION
+from airflow_conduit.record import (
+    JSON_MAP_FUNCTION,
+    MAP_JSON_FUNCTION,
+    TRY_PARSE_JSON_FUNCTION,
+    VARIANT_JSON_FUNCTION,
+)
 from tests.conftest import ESCAPED_TEXT
 
 
@@ -147,3 +155,32 @@ def test_try_parse_json_of_bytes_is_spark_s_try_parse_json_to_the_byte(spark):
             assert fast == plain, cases[row.i][:80]
         parsed = sum(row.plain is not None for row in rows)
         assert 20 < parsed < len(cases)  # both kinds are in the cases
+
+
+def test_json_map_reads_back_what_map_json_and_python_write(spark):
+    """``conduit_json_map`` gives back the map ``conduit_map_json`` wrote (the metadata's way to a
+    Python mapper and back, unchanged), and reads a mapper's own text of the metadata it changed: the
+    compact JSON of orjson, and the json module's escapes of everything outside ASCII."""
+    maps = [
+        {"a": "1", "b": None, "c": ""},
+        {'quote"back\\slash': "tab\tnew\nline\r\u0001\u001f/", "ü": "日本 😀"},
+        {"escaped": ESCAPED_TEXT},
+        {},
+        None,
+    ]
+    frame = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, m map<string,string>")
+    rows = frame.selectExpr("i", f"{JSON_MAP_FUNCTION}({MAP_JSON_FUNCTION}(m)) AS back").collect()
+    assert [row.back for row in sorted(rows)] == maps
+
+    texts = [json.dumps(m) for m in maps[:4]] + [orjson.dumps(m).decode() for m in maps[:4]]
+    texts.append(' { "spaced" : "out" , "n" : null } ')
+    frame = spark.createDataFrame([(i, t) for i, t in enumerate(texts)], "i int, t string")
+    rows = frame.selectExpr("i", f"{JSON_MAP_FUNCTION}(t) AS m").collect()
+    assert [row.m for row in sorted(rows)] == [*maps[:4], *maps[:4], {"spaced": "out", "n": None}]
+
+
+@pytest.mark.parametrize("text", ['{"n": 1}', '{"a": "b"} x', '{"a": "b"', '["a"]', '{"a": "\\x"}'])
+def test_json_map_refuses_what_is_not_an_object_of_strings(spark, text):
+    frame = spark.createDataFrame([(text,)], "t string").selectExpr(f"{JSON_MAP_FUNCTION}(t) AS m")
+    with pytest.raises(Exception, match="conduit_json_map: expected"):
+        frame.collect()

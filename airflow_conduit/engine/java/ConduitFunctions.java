@@ -20,6 +20,10 @@
  * from the UTF-8 bytes themselves: no decoding into a String for Jackson, no Jackson parser per value.
  * Any document it is not sure to read as Spark does goes to Spark's own parser.
  *
+ * conduit_map_json(MAP<STRING, STRING>) -> STRING and conduit_json_map(STRING) -> MAP<STRING, STRING>:
+ * a map of strings as to_json writes it, and that text read back (the metadata's form on its way to
+ * and from Python's workers).
+ *
  * StateTally (airflow_conduit/engine/tally.py): not a named function but one instance per micro-batch,
  * a UDF that passes a row's state through and counts it into Spark accumulators, so that the batch's
  * write counts its records by state inside Spark's generated code (an observe splits that code).
@@ -554,6 +558,150 @@ public final class ConduitFunctions {
       }
       return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
           MapJson.class, org.apache.spark.sql.types.DataTypes.StringType, "write", children,
+          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, true, true, true,
+          scala.None$.MODULE$);
+    }
+  }
+
+  /** conduit_json_map(STRING) -> MAP<STRING, STRING>: a JSON object whose values are strings or null
+   * (what conduit_map_json writes, and what a Python mapper writes for the metadata it changed) as a
+   * map, entries in the text's order. The metadata crosses to Python's workers and back as this text:
+   * a map column costs Spark's Arrow writer a struct of two vectors per row, and its per-row size
+   * check walks them. Anything else (a number, a nested value, text after the object) is refused:
+   * only the engine's own mappers write this text. */
+  public static final class JsonMap {
+    public static org.apache.spark.sql.catalyst.util.MapData read(
+        org.apache.spark.unsafe.types.UTF8String text) {
+      byte[] b = text.getBytes();
+      JsonMap reader = new JsonMap(b);
+      return reader.object();
+    }
+
+    private final byte[] b;
+    private int i;
+
+    private JsonMap(byte[] bytes) {
+      b = bytes;
+    }
+
+    private org.apache.spark.sql.catalyst.util.MapData object() {
+      java.util.ArrayList keys = new java.util.ArrayList();
+      java.util.ArrayList values = new java.util.ArrayList();
+      space();
+      expect('{');
+      space();
+      if (peek() == '}') {
+        i++;
+      } else {
+        while (true) {
+          space();
+          keys.add(string());
+          space();
+          expect(':');
+          space();
+          if (peek() == 'n') {
+            word("null");
+            values.add(null);
+          } else {
+            values.add(string());
+          }
+          space();
+          byte c = next();
+          if (c == '}') break;
+          if (c != ',') refuse("a comma or a closing brace");
+        }
+      }
+      space();
+      if (i != b.length) refuse("the end of the text");
+      return new org.apache.spark.sql.catalyst.util.ArrayBasedMapData(
+          new org.apache.spark.sql.catalyst.util.GenericArrayData(keys.toArray()),
+          new org.apache.spark.sql.catalyst.util.GenericArrayData(values.toArray()));
+    }
+
+    /** A string's UTF-8 bytes as they are where it has no escape; else decoded as Jackson decodes it
+     * (a lone surrogate escape becomes '?' once the String is encoded, as in Spark's from_json). */
+    private org.apache.spark.unsafe.types.UTF8String string() {
+      expect('"');
+      int start = i;
+      while (i < b.length && b[i] != '"' && b[i] != '\\') i++;
+      if (i < b.length && b[i] == '"') {
+        i++;
+        return org.apache.spark.unsafe.types.UTF8String.fromBytes(
+            java.util.Arrays.copyOfRange(b, start, i - 1));
+      }
+      StringBuilder out = new StringBuilder(
+          new String(b, start, i - start, java.nio.charset.StandardCharsets.UTF_8));
+      while (true) {
+        int run = i;
+        while (i < b.length && b[i] != '"' && b[i] != '\\') i++;
+        out.append(new String(b, run, i - run, java.nio.charset.StandardCharsets.UTF_8));
+        byte c = next();
+        if (c == '"') break;
+        byte e = next();
+        if (e == 'u') {
+          if (i + 4 > b.length) refuse("four hex digits");
+          out.append((char) Integer.parseInt(new String(b, i, 4, java.nio.charset.StandardCharsets.ISO_8859_1), 16));
+          i += 4;
+        } else if (e == 'n') {
+          out.append('\n');
+        } else if (e == 't') {
+          out.append('\t');
+        } else if (e == 'r') {
+          out.append('\r');
+        } else if (e == 'b') {
+          out.append('\b');
+        } else if (e == 'f') {
+          out.append('\f');
+        } else if (e == '"' || e == '\\' || e == '/') {
+          out.append((char) e);
+        } else {
+          refuse("an escape");
+        }
+      }
+      return org.apache.spark.unsafe.types.UTF8String.fromString(out.toString());
+    }
+
+    private void space() {
+      while (i < b.length && (b[i] == ' ' || b[i] == '\n' || b[i] == '\r' || b[i] == '\t')) i++;
+    }
+
+    private byte peek() {
+      if (i >= b.length) refuse("more text");
+      return b[i];
+    }
+
+    private byte next() {
+      byte c = peek();
+      i++;
+      return c;
+    }
+
+    private void expect(char c) {
+      if (next() != c) refuse("'" + c + "'");
+    }
+
+    private void word(String w) {
+      for (int k = 0; k < w.length(); k++) expect(w.charAt(k));
+    }
+
+    private void refuse(String wanted) {
+      throw new IllegalArgumentException("conduit_json_map: expected " + wanted + " at byte " + i
+          + " of a JSON object of strings");
+    }
+  }
+
+  /** What the SQL function registry calls to make conduit_json_map(text): a StaticInvoke of
+   * JsonMap.read (null for a null text). */
+  public static final class JsonMapBuilder extends scala.runtime.AbstractFunction1 {
+    public Object apply(Object arguments) {
+      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
+      if (children.length() != 1) {
+        throw new IllegalArgumentException("conduit_json_map takes one string");
+      }
+      org.apache.spark.sql.types.DataType stringType = org.apache.spark.sql.types.DataTypes.StringType;
+      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
+          JsonMap.class, org.apache.spark.sql.types.DataTypes.createMapType(stringType, stringType, true),
+          "read", children,
           (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, true, true, true,
           scala.None$.MODULE$);
     }
