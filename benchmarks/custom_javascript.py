@@ -41,7 +41,7 @@ def batches(records: int, size: int) -> list[pa.RecordBatch]:
         {
             "position": str(i).encode(),
             "operation": "create",
-            "metadata": [("opencdc.collection", "orders")],
+            "metadata": json.dumps({"opencdc.collection": "orders"}),  # as conduit_map_json writes it
             "key_raw": str(i).encode(),
             "after_json": json.dumps(
                 {
