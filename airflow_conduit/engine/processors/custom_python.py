@@ -281,7 +281,7 @@ class ArrowRecords:
             positions[i] = position.encode() if isinstance(position, str) else position
             operations[i] = get("operation", operations[i])
             returned_metadata = get("metadata") or {}
-            if returned_metadata != (metadata or {}):  # else kept as it came: rebuilding maps costs most
+            if returned_metadata != (metadata or {}):  # else its text goes back as it came
                 metadatas[i] = returned_metadata  # keys and values through str in to_batch
                 metadata_changed = True
             payload = get("payload") or {}
