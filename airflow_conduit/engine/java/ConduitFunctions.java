@@ -160,6 +160,18 @@ public final class ConduitFunctions {
     }
   }
 
+  /** The character a JSON escape stands for, given the byte after its backslash: the short escapes
+   * (quote, backslash, slash, n, t, r, b, f); -1 for anything else (a \\u escape is the caller's). */
+  static int shortEscape(byte e) {
+    if (e == '"' || e == '\\' || e == '/') return e;
+    if (e == 'n') return '\n';
+    if (e == 't') return '\t';
+    if (e == 'r') return '\r';
+    if (e == 'b') return '\b';
+    if (e == 'f') return '\f';
+    return -1;
+  }
+
   /** Null for ASCII text; else the text's bytes as Java reads them into a String and writes them
    * back, as Spark's to_json does: each sequence that is not UTF-8 becomes U+FFFD. */
   static byte[] asJavaReadsIt(byte[] text, int start, int length) {
@@ -638,22 +650,13 @@ public final class ConduitFunctions {
         byte c = next();
         if (c == '"') break;
         byte e = next();
-        if (e == 'u') {
+        int simple = shortEscape(e);
+        if (simple >= 0) {
+          out.append((char) simple);
+        } else if (e == 'u') {
           if (i + 4 > b.length) refuse("four hex digits");
           out.append((char) Integer.parseInt(new String(b, i, 4, java.nio.charset.StandardCharsets.ISO_8859_1), 16));
           i += 4;
-        } else if (e == 'n') {
-          out.append('\n');
-        } else if (e == 't') {
-          out.append('\t');
-        } else if (e == 'r') {
-          out.append('\r');
-        } else if (e == 'b') {
-          out.append('\b');
-        } else if (e == 'f') {
-          out.append('\f');
-        } else if (e == '"' || e == '\\' || e == '/') {
-          out.append((char) e);
         } else {
           refuse("an escape");
         }
@@ -1146,18 +1149,9 @@ public final class ConduitFunctions {
         if (i + 1 >= n) return null;
         byte e = b[i + 1];
         i += 2;
-        if (e == '"' || e == '\\' || e == '/') {
-          escaped.append((char) e);
-        } else if (e == 'n') {
-          escaped.append('\n');
-        } else if (e == 't') {
-          escaped.append('\t');
-        } else if (e == 'r') {
-          escaped.append('\r');
-        } else if (e == 'b') {
-          escaped.append('\b');
-        } else if (e == 'f') {
-          escaped.append('\f');
+        int simple = shortEscape(e);
+        if (simple >= 0) {
+          escaped.append((char) simple);
         } else if (e == 'u' && i + 4 <= n) {
           int code = 0;
           for (int k = 0; k < 4; k++) {
