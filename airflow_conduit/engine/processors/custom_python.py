@@ -46,7 +46,7 @@ from airflow_conduit.record import (
 
 # Structured values cross to Python as JSON text, as sources yield them; so does the metadata, as
 # conduit_map_json writes it (a map column costs Spark's Arrow writer a struct per row, and its per-row
-# size check walks it: 1M records through a mapper that yields its input took 4.45-4.81 s with the
+# size check walks it: 1M records through a mapper that yields its input took 4.53-4.81 s with the
 # map against 4.31-4.67 s with the text, in one session, alternating).
 ARROW_SCHEMA = (
     ", ".join(
