@@ -117,6 +117,8 @@ def _wait_for_worker(cluster: SparkCluster, processes: dict[str, tuple[subproces
                 return
         except OSError as error:  # the web UI is not up yet
             last_error = error
+        except ValueError as error:  # up, but /json/ not attached yet: the master's HTML page answers
+            last_error = error
         time.sleep(0.5)
     logs = "\n\n".join(f"--- {name}\n{_tail(log)}" for name, (_, log) in processes.items())
     pytest.fail(f"no Spark worker registered within {STARTUP_TIMEOUT:.0f}s ({last_error}):\n{logs}")
