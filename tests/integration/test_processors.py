@@ -721,3 +721,64 @@ def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated
             assert row[f"fast{i}"] == row[f"plain{i}"]
             assert row[f"fast_type{i}"] == row[f"plain_type{i}"]
     assert json.loads(rows[0].fast0) == {"a": {"x": [1, None, "s"]}, "b": 1, "env": "prod"}
+
+
+UDF_IDENTITY = """
+CALLS = []
+
+
+def identity(record):
+    return record
+"""
+
+
+def test_custom_python_pass_through_changes_nothing(run_yaml, tmp_path):
+    """A function that gives each record back as it got it leaves the output and the DLQ as they are
+    without it: the fields it kept come back from what Spark held (``_carry``), not from their text,
+    and the records an earlier processor nacked pass by it as they came."""
+    module_dir = write_module(tmp_path / "udf", "udf_identity", UDF_IDENTITY)
+    lines = [
+        json.dumps({"id": 1, "s": 'é\u2603 "quoted" \\ \t', "nested": {"a": [1, 2.5, None, {}]}}),
+        "not json",
+        json.dumps({"id": 3, "f": 1e300, "d": 12.10, "big": 123456789012345678901234567890}),
+        json.dumps([1, "two", None]),
+        "{",
+    ]
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.jsonl").write_text("".join(line + "\n" for line in lines))
+    pipeline = """
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out-{name}"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: meta, plugin: field.set, settings: {{field: '.Metadata["ü 日本"]', value: 'x"\\\\y'}}}}
+{extra}
+    dead-letter-queue: {{plugin: builtin:file, settings: {{path: "{{tmp}}/dlq-{name}"}}, window-size: 0}}
+"""
+    identity = (
+        f'      - {{id: py, plugin: custom.python, settings: {{function: "udf_identity:identity", '
+        f'path: "{module_dir}"}}}}'
+    )
+    for name, extra in (("plain", ""), ("python", identity)):
+        payload = run_yaml(pipeline.format(name=name, extra=extra), state_dir=tmp_path / f"state-{name}")
+        assert payload["exit_code"] == 0, payload
+        assert payload["records"]["nacked"] == 2, payload
+
+    def without_read_at(value: Any) -> Any:  # the time each run read the line
+        if isinstance(value, dict):
+            return {k: without_read_at(v) for k, v in value.items() if k != "opencdc.readAt"}
+        return value
+
+    def records(path: Path) -> list[dict[str, Any]]:
+        return sorted(map(without_read_at, read_jsonl(path)), key=lambda record: record["position"])
+
+    plain = records(tmp_path / "out-plain")
+    assert len(plain) == 3
+    assert records(tmp_path / "out-python") == plain
+    dlq = records(tmp_path / "dlq-plain")
+    assert len(dlq) == 2
+    assert records(tmp_path / "dlq-python") == dlq

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array
-from airflow_conduit.engine.processors.custom_python import make_mapper
+from airflow_conduit.engine.processors.custom_python import KEPT_BITS, make_mapper
 from tests import arrow_batches
 from tests.arrow_batches import metadata_pairs
 
@@ -33,16 +33,21 @@ ROWS: list[dict[str, Any]] = [
 ]
 
 
-def arrow_batch(rows: list[dict[str, Any]] = ROWS) -> Any:
-    return arrow_batches.arrow_batch([{"operation": "create", "_piece": []} | row for row in rows])
+def given(rows: list[dict[str, Any]] = ROWS) -> list[dict[str, Any]]:
+    return arrow_batches.full_rows([{"operation": "create", "_piece": []} | row for row in rows])
 
 
-def mapped(tmp_path: Path, body: str, batch: Any) -> Any:
-    """``batch`` through ``custom.python`` with ``def process(record): <body>``."""
+def mapped(tmp_path: Path, body: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` through ``custom.python`` with ``def process(record): <body>``, as the engine reads
+    them back."""
     module = f"arrow_records_fn_{next(_names)}"
     (tmp_path / f"{module}.py").write_text(f"def process(record):\n    {body}\n")
-    (out,) = make_mapper(f"{module}:process", str(tmp_path), "p:py")(iter([batch]))
-    return out
+    (out,) = make_mapper(f"{module}:process", str(tmp_path), "p:py")(iter([arrow_batches.arrow_batch(rows)]))
+    return arrow_batches.resolved(out, rows)
+
+
+def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in row.items() if k not in ("_active", "_carry")} for row in rows]
 
 
 MAPS = pa.array([row["metadata"] for row in ROWS], pa.map_(pa.string(), pa.string()))
@@ -59,9 +64,31 @@ def test_maps_go_to_dicts_and_back_whole_or_sliced(rows: slice) -> None:
 
 
 def test_a_pass_through_gives_back_the_batch_it_got(tmp_path: Path) -> None:
-    batch = arrow_batch()
-    for given in (batch, batch.slice(1, 2)):
-        assert mapped(tmp_path, "return record", given).to_pylist() == given.to_pylist()
+    rows = given()
+    for part in (rows, rows[1:3]):
+        assert mapped(tmp_path, "return record", part) == comparable(part)
+
+
+def test_what_the_function_left_as_it_came_goes_back_as_a_kept_bit_not_as_text(tmp_path: Path) -> None:
+    """The engine reads a kept field back from the record's ``_carry`` (what Spark held), so the mapper
+    sends no text for it; a changed field goes back as text, its bit clear."""
+    body = "if record['position'] == b'f:12': record['payload']['after']['n'] = 30\n    return record"
+    module = f"arrow_records_fn_{next(_names)}"
+    (tmp_path / f"{module}.py").write_text(f"def process(record):\n    {body}\n")
+    (out,) = make_mapper(f"{module}:process", str(tmp_path), "p:py")(
+        iter([arrow_batches.arrow_batch(given())])
+    )
+    rows = out.to_pylist()
+    bits = KEPT_BITS
+    assert [row["_kept"] for row in rows] == [
+        bits["metadata"] | bits["after"],  # metadata and structured data as they came
+        bits["metadata"],  # raw data goes back as bytes; a null field needs no bit
+        bits["metadata"],  # after changed
+        sum(bits.values()),  # not active: all of it as it came
+    ]
+    assert [row["after_json"] for row in rows] == [None, None, '{"n":30,"big":12345678901234567891}', None]
+    assert [row["metadata"] for row in rows] == [None] * 4
+    assert [row["after_raw"] for row in rows] == [None, b"raw", None, None]
 
 
 def test_the_function_sees_each_field_and_its_changes_are_written(tmp_path: Path) -> None:
@@ -70,7 +97,7 @@ def test_the_function_sees_each_field_and_its_changes_are_written(tmp_path: Path
         "record['payload']['after'] = [type(record['payload']['after']).__name__, sorted(record['metadata'])]; "
         "return record"
     )
-    out = mapped(tmp_path, body, arrow_batch()).to_pylist()
+    out = mapped(tmp_path, body, given())
     assert [metadata_pairs(row["metadata"]) for row in out] == [
         [("file.path", "f"), ("a", "1"), ("seen", "1")],  # values through str, as Conduit's are strings
         [("seen", "1")],
@@ -97,16 +124,16 @@ def test_a_failed_or_filtered_record_keeps_the_fields_it_came_with(tmp_path: Pat
         "    if record['position'] == b'f:8': return None\n"
         "    raise ValueError('no')"
     )
-    batch = arrow_batch()
-    out = mapped(tmp_path, body, batch).to_pylist()
+    rows = given()
+    out = mapped(tmp_path, body, rows)
     assert [row["_state"] for row in out] == ["open", "filtered", "nacked", "open"]
     assert [row["_error"] for row in out] == [None, None, "ValueError: no", None]
     assert [row["_node"] for row in out] == [None, "p:py", "p:py", None]
     assert metadata_pairs(out[0]["metadata"]) == [("file.path", "f"), ("a", "changed")]
     assert out[0]["operation"] == "delete"
-    for row, given in list(zip(out, batch.to_pylist(), strict=True))[1:]:
+    for row, came in list(zip(out, rows, strict=True))[1:]:
         assert {k: v for k, v in row.items() if not k.startswith("_")} == {
-            k: v for k, v in given.items() if not k.startswith("_")
+            k: v for k, v in came.items() if not k.startswith("_")
         }
 
 

@@ -1206,6 +1206,297 @@ public final class ConduitFunctions {
     }
   }
 
+  /** conduit_carry(_src, _seq, _state, _error, _node, _piece, metadata, key, before, after) -> BINARY,
+   * and the conduit_carried_* functions that read each back: what a Python mapper does not read (the
+   * record's place and state) or may give back unchanged (the metadata and the data fields, as Spark
+   * holds them), packed in one column that crosses to Python's worker and back untouched. Spark's
+   * Arrow writer costs about the same per column and row whatever the column holds, and its per-row
+   * size check walks every column; a field the mapper left as it was comes back from here, not
+   * re-read from the mapper's JSON text. Layout: the int and the long, then each of the rest as a
+   * length (-1: null) and its bytes (a map: its entries' count, then each key and value; a variant:
+   * its value, then its metadata). */
+  public static final class Carry {
+    private byte[] b;
+    private int n;
+
+    private Carry(int size) {
+      b = new byte[size];
+    }
+
+    public static byte[] pack(int src, long seq, org.apache.spark.unsafe.types.UTF8String state,
+        org.apache.spark.unsafe.types.UTF8String error, org.apache.spark.unsafe.types.UTF8String node,
+        org.apache.spark.sql.catalyst.util.ArrayData piece, org.apache.spark.sql.catalyst.util.MapData metadata,
+        VariantVal key, VariantVal before, VariantVal after) {
+      int size = 12 + text(state) + text(error) + text(node) + 4 + (piece == null ? 0 : 4 * piece.numElements())
+          + 4 + variant(key) + variant(before) + variant(after);
+      if (metadata != null) {
+        org.apache.spark.sql.catalyst.util.ArrayData keys = metadata.keyArray();
+        org.apache.spark.sql.catalyst.util.ArrayData values = metadata.valueArray();
+        for (int k = 0; k < metadata.numElements(); k++) {
+          size += text(keys.getUTF8String(k)) + (values.isNullAt(k) ? 4 : text(values.getUTF8String(k)));
+        }
+      }
+      Carry out = new Carry(size);
+      out.putInt(src);
+      out.putInt((int) (seq >>> 32));
+      out.putInt((int) seq);
+      out.putText(state);
+      out.putText(error);
+      out.putText(node);
+      if (piece == null) {
+        out.putInt(-1);
+      } else {
+        out.putInt(piece.numElements());
+        for (int k = 0; k < piece.numElements(); k++) out.putInt(piece.getInt(k));
+      }
+      if (metadata == null) {
+        out.putInt(-1);
+      } else {
+        org.apache.spark.sql.catalyst.util.ArrayData keys = metadata.keyArray();
+        org.apache.spark.sql.catalyst.util.ArrayData values = metadata.valueArray();
+        out.putInt(metadata.numElements());
+        for (int k = 0; k < metadata.numElements(); k++) {
+          out.putText(keys.getUTF8String(k));
+          out.putText(values.isNullAt(k) ? null : values.getUTF8String(k));
+        }
+      }
+      out.putVariant(key);
+      out.putVariant(before);
+      out.putVariant(after);
+      return out.b;
+    }
+
+    private static int text(org.apache.spark.unsafe.types.UTF8String text) {
+      return 4 + (text == null ? 0 : text.numBytes());
+    }
+
+    private static int variant(VariantVal v) {
+      return v == null ? 4 : 8 + v.getValue().length + v.getMetadata().length;
+    }
+
+    private void putInt(int v) {
+      b[n] = (byte) (v >>> 24);
+      b[n + 1] = (byte) (v >>> 16);
+      b[n + 2] = (byte) (v >>> 8);
+      b[n + 3] = (byte) v;
+      n += 4;
+    }
+
+    private void putBytes(byte[] bytes) {
+      putInt(bytes.length);
+      System.arraycopy(bytes, 0, b, n, bytes.length);
+      n += bytes.length;
+    }
+
+    private void putText(org.apache.spark.unsafe.types.UTF8String text) {
+      if (text == null) {
+        putInt(-1);
+        return;
+      }
+      putInt(text.numBytes());
+      text.writeToMemory(b, org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET + n);
+      n += text.numBytes();
+    }
+
+    private void putVariant(VariantVal v) {
+      if (v == null) {
+        putInt(-1);
+        return;
+      }
+      putBytes(v.getValue());
+      putBytes(v.getMetadata());
+    }
+
+    // Reading: each function skips what comes before its field (a few lengths), from the start.
+
+    private Carry(byte[] carried, int at) {
+      b = carried;
+      n = at;
+    }
+
+    private int getInt() {
+      int v = ((b[n] & 0xff) << 24) | ((b[n + 1] & 0xff) << 16) | ((b[n + 2] & 0xff) << 8) | (b[n + 3] & 0xff);
+      n += 4;
+      return v;
+    }
+
+    /** Skips a length-prefixed field (-1: null). */
+    private void skip() {
+      int length = getInt();
+      if (length > 0) n += length;
+    }
+
+    private org.apache.spark.unsafe.types.UTF8String getText() {
+      int length = getInt();
+      if (length < 0) return null;
+      org.apache.spark.unsafe.types.UTF8String text =
+          org.apache.spark.unsafe.types.UTF8String.fromBytes(b, n, length);
+      n += length;
+      return text;
+    }
+
+    private byte[] getBytes() {
+      int length = getInt();
+      byte[] bytes = java.util.Arrays.copyOfRange(b, n, n + length);
+      n += length;
+      return bytes;
+    }
+
+    /** A reader at the piece (after the int, the long and the three strings). */
+    private static Carry atPiece(byte[] carried) {
+      Carry in = new Carry(carried, 12);
+      in.skip();
+      in.skip();
+      in.skip();
+      return in;
+    }
+
+    private void skipPiece() {
+      int count = getInt();
+      if (count > 0) n += 4 * count;
+    }
+
+    private void skipMetadata() {
+      int count = getInt();
+      for (int k = 0; k < count; k++) {
+        skip();
+        skip();
+      }
+    }
+
+    public static int src(byte[] carried) {
+      return new Carry(carried, 0).getInt();
+    }
+
+    public static long seq(byte[] carried) {
+      Carry in = new Carry(carried, 4);
+      long high = in.getInt();
+      return (high << 32) | (in.getInt() & 0xffffffffL);
+    }
+
+    /** 0: _state, 1: _error, 2: _node. */
+    public static org.apache.spark.unsafe.types.UTF8String string(byte[] carried, int index) {
+      Carry in = new Carry(carried, 12);
+      for (int k = 0; k < index; k++) in.skip();
+      return in.getText();
+    }
+
+    public static org.apache.spark.sql.catalyst.util.ArrayData piece(byte[] carried) {
+      Carry in = atPiece(carried);
+      int count = in.getInt();
+      if (count < 0) return null;
+      int[] values = new int[count];
+      for (int k = 0; k < count; k++) values[k] = in.getInt();
+      return org.apache.spark.sql.catalyst.expressions.UnsafeArrayData.fromPrimitiveArray(values);
+    }
+
+    public static org.apache.spark.sql.catalyst.util.MapData metadata(byte[] carried) {
+      Carry in = atPiece(carried);
+      in.skipPiece();
+      int count = in.getInt();
+      if (count < 0) return null;
+      Object[] keys = new Object[count];
+      Object[] values = new Object[count];
+      for (int k = 0; k < count; k++) {
+        keys[k] = in.getText();
+        values[k] = in.getText();
+      }
+      return new org.apache.spark.sql.catalyst.util.ArrayBasedMapData(
+          new org.apache.spark.sql.catalyst.util.GenericArrayData(keys),
+          new org.apache.spark.sql.catalyst.util.GenericArrayData(values));
+    }
+
+    /** 0: key, 1: before, 2: after. */
+    public static VariantVal variant(byte[] carried, int index) {
+      Carry in = atPiece(carried);
+      in.skipPiece();
+      in.skipMetadata();
+      for (int k = 0; k < index; k++) {
+        int length = in.getInt();
+        if (length >= 0) {
+          in.n += length;
+          in.skip();
+        }
+      }
+      int length = in.getInt();
+      if (length < 0) return null;
+      in.n -= 4;
+      byte[] value = in.getBytes();
+      return new VariantVal(value, in.getBytes());
+    }
+  }
+
+  /** A builder of StaticInvoke expressions (what the SQL function registry calls with the arguments'
+   * expressions): Spark's generated code calls the static method with Spark's own values. */
+  abstract static class Invoker extends scala.runtime.AbstractFunction1 {
+    private final Class target;
+    private final String method;
+    private final org.apache.spark.sql.types.DataType type;
+    private final int arity;
+    private final boolean propagateNull;
+
+    Invoker(Class target, String method, String type, int arity, boolean propagateNull) {
+      this.target = target;
+      this.method = method;
+      this.type = org.apache.spark.sql.types.DataType.fromDDL(type);
+      this.arity = arity;
+      this.propagateNull = propagateNull;
+    }
+
+    public Object apply(Object arguments) {
+      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
+      if (children.length() != arity) {
+        throw new IllegalArgumentException(method + " takes " + arity + " arguments");
+      }
+      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
+          target, type, method, children,
+          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, propagateNull, true,
+          true, scala.None$.MODULE$);
+    }
+  }
+
+  public static final class CarryBuilder extends Invoker {
+    public CarryBuilder() {
+      super(Carry.class, "pack", "binary", 10, false);
+    }
+  }
+
+  public static final class CarriedSrcBuilder extends Invoker {
+    public CarriedSrcBuilder() {
+      super(Carry.class, "src", "int", 1, true);
+    }
+  }
+
+  public static final class CarriedSeqBuilder extends Invoker {
+    public CarriedSeqBuilder() {
+      super(Carry.class, "seq", "bigint", 1, true);
+    }
+  }
+
+  public static final class CarriedStringBuilder extends Invoker {
+    public CarriedStringBuilder() {
+      super(Carry.class, "string", "string", 2, true);
+    }
+  }
+
+  public static final class CarriedPieceBuilder extends Invoker {
+    public CarriedPieceBuilder() {
+      super(Carry.class, "piece", "array<int>", 1, true);
+    }
+  }
+
+  public static final class CarriedMetadataBuilder extends Invoker {
+    public CarriedMetadataBuilder() {
+      super(Carry.class, "metadata", "map<string,string>", 1, true);
+    }
+  }
+
+  public static final class CarriedVariantBuilder extends Invoker {
+    public CarriedVariantBuilder() {
+      super(Carry.class, "variant", "variant", 2, true);
+    }
+  }
+
   public static final class StateTally implements org.apache.spark.sql.api.java.UDF2 {
     private final String[] states;
     private final org.apache.spark.util.LongAccumulator[] counts;

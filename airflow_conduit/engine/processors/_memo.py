@@ -85,7 +85,7 @@ def memoized(mapper: Mapper, node_id: str) -> Mapper:
             yield from mapper(iter(skipped))
             return
         batches = itertools.chain(skipped, batches)
-        name = f"{_file_name(node_id)}-{number}-{skipped[-1].column('_seq')[0].as_py()}"
+        name = f"{_file_name(node_id)}-{number}-{seq_of(skipped[-1], 0)}"
         kept, rows = Path(directory) / f"{name}.arrow", Path(directory) / f"{name}.json"
         if kept.exists():
             yield from _replay(batches, kept, rows)
@@ -98,6 +98,13 @@ def memoized(mapper: Mapper, node_id: str) -> Mapper:
     return run
 
 
+def seq_of(batch: pa.RecordBatch, row: int) -> int:
+    """The ``_seq`` of a row of a mapper's batch: bytes 4-12 of its ``_carry`` (``Carry.pack`` in
+    engine/java/ConduitFunctions.java writes ``_src`` then ``_seq``, big-endian)."""
+    carry = batch.column("_carry")[row].as_py()
+    return int.from_bytes(carry[4:12], "big", signed=True)
+
+
 class _RowCount:
     """The input rows a partition's first evaluation read: (rows, first ``_seq``, last ``_seq``)."""
 
@@ -108,10 +115,9 @@ class _RowCount:
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
-            seqs = batch.column("_seq")
             if self.first is None:
-                self.first = seqs[0].as_py()
-            self.last = seqs[batch.num_rows - 1].as_py()
+                self.first = seq_of(batch, 0)
+            self.last = seq_of(batch, batch.num_rows - 1)
             self.rows += batch.num_rows
 
     def as_json(self) -> str:

@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.template_sql import source_text_sql
 from airflow_conduit.engine.processors._expr import sql_str
-from airflow_conduit.engine.processors.custom_python import ArrowRecords, map_records
+from airflow_conduit.engine.processors.custom_python import ArrowRecords, arrow_schema, map_records
 from airflow_conduit.gotemplate import Template, TemplateExecError, is_template
 from airflow_conduit.gotemplate.opencdc import from_record_dict
 from airflow_conduit.record import STATE_NACKED
@@ -102,7 +102,7 @@ def make_mapper(
                     except TemplateExecError as error:
                         batch.mark(i, STATE_NACKED, f"{name}: {error}", node_id)
                         break
-            yield batch.to_batch(_schema(arrow_batch.schema, setting_templates))
+            yield batch.to_batch(_schema(arrow_schema(output=True), setting_templates))
 
     return run
 

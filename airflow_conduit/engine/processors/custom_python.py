@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
@@ -31,9 +31,10 @@ from airflow_conduit.engine.processors._memo import memoized
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
+    CARRIED_FUNCTIONS,
+    CARRY_FUNCTION,
     DATA_FIELDS,
     INTERNAL_COLUMNS,
-    INTERNAL_SCHEMA,
     JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
     RECORD_COLUMNS,
@@ -47,14 +48,24 @@ from airflow_conduit.record import (
 # Structured values cross to Python as JSON text, as sources yield them; so does the metadata, as
 # conduit_map_json writes it (a map column costs Spark's Arrow writer a struct per row, and its per-row
 # size check walks it: 1M records through a mapper that yields its input took 4.53-4.81 s with the
-# map against 4.31-4.67 s with the text, in one session, alternating).
-ARROW_SCHEMA = (
-    ", ".join(
-        "metadata string" if column.startswith("metadata ") else column
-        for column in SOURCE_SCHEMA.split(", ")
-    )
-    + f", {INTERNAL_SCHEMA}, _active boolean"
+# map against 4.31-4.67 s with the text, in one session, alternating). What the mapper does not read
+# crosses in one column, _carry (conduit_carry): the record's place and state, and its metadata and
+# data fields as Spark holds them, so that a field the function left as it was comes back from there
+# (a bit of _kept) rather than from its text.
+_RECORD_TEXT_SCHEMA = ", ".join(
+    "metadata string" if column.startswith("metadata ") else column for column in SOURCE_SCHEMA.split(", ")
 )
+ARROW_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _active boolean, _carry binary"
+"""The batches a mapper gets."""
+ARROW_OUTPUT_SCHEMA = (
+    f"{_RECORD_TEXT_SCHEMA}, _state string, _error string, _node string, _kept int, _carry binary"
+)
+"""The batches a mapper yields: ``_state``, ``_error`` and ``_node`` set where it marked the record (else
+null: the record's own), ``_kept`` the fields it gave back unchanged (:data:`KEPT_BITS`; their text is
+null)."""
+KEPT_BITS = {"metadata": 1, "key": 2, "before": 4, "after": 8}
+"""A mapper's ``_kept``: each bit says that field is as it came (read back from ``_carry``)."""
+_ALL_KEPT = sum(KEPT_BITS.values())
 _ARROW_TYPES = {
     "binary": pa.binary(),
     "string": pa.string(),
@@ -66,10 +77,12 @@ _ARROW_TYPES = {
 }
 
 
-def arrow_schema() -> pa.Schema:
-    """:data:`ARROW_SCHEMA` as the Arrow schema of the batches a mapper gets (for tests and
-    benchmarks that make them without Spark)."""
-    columns = (column.split(" ", 1) for column in ARROW_SCHEMA.split(", "))
+def arrow_schema(output: bool = False) -> pa.Schema:
+    """:data:`ARROW_SCHEMA` (``output``: :data:`ARROW_OUTPUT_SCHEMA`) as an Arrow schema (for mappers,
+    and for tests and benchmarks that make batches without Spark)."""
+    columns = (
+        column.split(" ", 1) for column in (ARROW_OUTPUT_SCHEMA if output else ARROW_SCHEMA).split(", ")
+    )
     return pa.schema([pa.field(name, _ARROW_TYPES[kind]) for name, kind in columns])
 
 
@@ -166,6 +179,11 @@ class _Columns(dict[str, list[Any]]):
         self._batch = batch
 
     def __missing__(self, name: str) -> list[Any]:
+        values: list[Any]
+        if name in _OUTPUT_ONLY and name not in self._batch.schema.names:  # a mapper's: none yet
+            values = [_OUTPUT_ONLY[name]] * self._batch.num_rows
+            self[name] = values
+            return values
         column = self._batch.column(name)  # KeyError for a column the batch does not have
         if name != "metadata":
             values = column.to_pylist()
@@ -249,10 +267,17 @@ class ArrowRecords:
         key_json, key_raw = c["key_json"], c["key_raw"]
         before_json, before_raw = c["before_json"], c["before_raw"]
         after_json, after_raw = c["after_json"], c["after_raw"]
+        kept = c["_kept"]
         keys, befores, afters = self._data
-        stored = metadata_changed = False
+        dumps = orjson.dumps
+
+        def keep_all(i: int) -> None:  # a record the function did not change: all of it from _carry
+            kept[i] = _ALL_KEPT
+            metadatas[i] = key_json[i] = before_json[i] = after_json[i] = None
+
         for i, on in enumerate(active):
             if not on:
+                keep_all(i)
                 continue
             metadata = metadatas[i]
             record = {
@@ -266,33 +291,76 @@ class ArrowRecords:
                 result = function(record)
             except ConduitError as stop:
                 self.mark(i, stop.kind, f"{type(stop).__name__}: {stop}", node_id)
+                keep_all(i)
                 continue
             except RecordError as error:  # a builtin's nack says what Conduit's would
                 self.mark(i, STATE_NACKED, str(error), node_id)
+                keep_all(i)
                 continue
             except Exception as error:  # any other failure nacks this record only
                 self.mark(i, STATE_NACKED, f"{type(error).__name__}: {error}", node_id)
+                keep_all(i)
                 continue
             if result is None:
                 self.mark(i, STATE_FILTERED, None, node_id)
+                keep_all(i)
                 continue
             get = result.get
             position = get("position", positions[i])
-            positions[i] = position.encode() if isinstance(position, str) else position
+            positions[i] = position.encode() if type(position) is str else position
             operations[i] = get("operation", operations[i])
             returned_metadata = get("metadata") or {}
-            if returned_metadata != (metadata or {}):  # else its text goes back as it came
+            if returned_metadata != (metadata or {}):
                 metadatas[i] = returned_metadata  # keys and values through str in to_batch
-                metadata_changed = True
-            payload = get("payload") or {}
-            key_json[i], key_raw[i] = _data_out(get("key"))
-            before_json[i], before_raw[i] = _data_out(payload.get("before"))
-            after_json[i], after_raw[i] = _data_out(payload.get("after"))
-            stored = True
-        if stored:
-            self.changed.update(_STORED)
-        if metadata_changed:
-            self.changed.add("metadata")
+                bits = 0
+            else:
+                metadatas[i] = None
+                bits = 1
+            # A field whose new text is the text it came as is kept (its bit set, its text null). The
+            # common cases inline (a null field, a dict): a call per field costs more than its work.
+            key = get("key")
+            if key is None:
+                key_json[i] = key_raw[i] = None
+            else:
+                text, raw = _data_out(key)
+                if text is not None and text == key_json[i]:
+                    key_json[i] = None
+                    bits |= 2
+                else:
+                    key_json[i], key_raw[i] = text, raw
+            payload = get("payload") or _NO_PAYLOAD
+            before, after = payload.get("before"), payload.get("after")
+            if before is None:
+                before_json[i] = before_raw[i] = None
+            else:
+                text, raw = _data_out(before)
+                if text is not None and text == before_json[i]:
+                    before_json[i] = None
+                    bits |= 4
+                else:
+                    before_json[i], before_raw[i] = text, raw
+            if type(after) is dict:
+                try:
+                    text = dumps(after, default=str, option=_ORJSON_OPTIONS).decode()
+                except orjson.JSONEncodeError:
+                    text = json.dumps(after, default=str)
+                if text == after_json[i]:
+                    after_json[i] = None
+                    bits |= 8
+                else:
+                    after_json[i] = text
+                after_raw[i] = None
+            elif after is None:
+                after_json[i] = after_raw[i] = None
+            else:
+                text, raw = _data_out(after)
+                if text is not None and text == after_json[i]:
+                    after_json[i] = None
+                    bits |= 8
+                else:
+                    after_json[i], after_raw[i] = text, raw
+            kept[i] = bits
+        self.changed.update(_STORED)
 
     def to_batch(self, schema: pa.Schema | None = None) -> pa.RecordBatch:
         """The batch in ``schema`` (the source's by default): its changed columns, and those the
@@ -316,8 +384,14 @@ class ArrowRecords:
         return pa.array([_metadata_out(m) for m in maps], type=kind)
 
 
-_STORED = frozenset(("position", "operation", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw"))))
+_NO_PAYLOAD: Mapping[str, Any] = {}
+_STORED = frozenset(
+    ("position", "operation", "metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw")))
+)
 _MARKED = ("_state", "_error", "_node")
+_OUTPUT_ONLY: dict[str, Any] = {**dict.fromkeys(_MARKED), "_kept": 0}
+"""A mapper's output columns that its batches do not have, and what each row holds until it is set: no
+mark, nothing kept."""
 
 
 def _takes_context(function: Callable[..., Any]) -> bool:
@@ -350,14 +424,14 @@ def make_mapper(
         # A builtin may map a whole Arrow batch in one call (custom.javascript: a call into V8 per
         # record would cost more than the record's work).
         map_batch = getattr(function, "map_batch", None) if settings is not None else None
+        output = arrow_schema(output=True)
         for arrow_batch in batches:
             batch = ArrowRecords(arrow_batch)
             if map_batch is not None:
                 map_batch(batch, node_id)
-                yield batch.to_batch()
-                continue
-            batch.map_each(function, node_id)
-            yield batch.to_batch()
+            else:
+                batch.map_each(function, node_id)
+            yield batch.to_batch(output)
 
     return run
 
@@ -397,22 +471,41 @@ def map_records(
     """Run ``mapper`` on the records as Arrow batches (data fields as JSON text, ``_active`` where the
     processor acts). ``extra``: columns (name -> Spark type) the mapper adds, kept in the result."""
     extra = extra or {}
+    carried = ", ".join((*INTERNAL_COLUMNS, "metadata", *DATA_FIELDS))  # in Carry.pack's order
     prepared = records.selectExpr(
         *(f"{MAP_JSON_FUNCTION}(metadata) AS metadata" if c == "metadata" else c for c in record_text_sql()),
-        *INTERNAL_COLUMNS,
         f"{active_sql(proc)} AS _active",
+        f"{CARRY_FUNCTION}({carried}) AS _carry",
     )
     mapped = prepared.mapInArrow(
-        memoized(mapper, proc.node_id), ARROW_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
+        memoized(mapper, proc.node_id), ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
     )
+    return mapped.select(*_restored(), *extra)
+
+
+def _restored() -> list[Column]:
+    """The record's columns from a mapper's output: each field it kept from ``_carry``, the others from
+    its text; the record's place from ``_carry``, its state from the mapper where it marked it."""
+    read = CARRIED_FUNCTIONS
+
+    def kept(field: str, carried: str, given: str) -> str:
+        return f"CASE WHEN _kept & {KEPT_BITS[field]} != 0 THEN {carried} ELSE {given} END"
+
+    columns = {column: column for column in RECORD_COLUMNS}
     # Text that is not JSON (json.dumps, for what orjson refuses, writes a NaN as NaN) still fails the
     # batch in Spark's parse_json, as it did before the engine's faster reader.
-    restored = [
-        F.expr(f"coalesce({try_parse_json_sql(f'{column}_json')}, parse_json({column}_json))").alias(column)
-        if column in DATA_FIELDS
-        else F.expr(f"{JSON_MAP_FUNCTION}(metadata)").alias(column)
-        if column == "metadata"
-        else F.col(column)
-        for column in RECORD_COLUMNS
-    ]
-    return mapped.select(*restored, *INTERNAL_COLUMNS, *extra)
+    for index, field in enumerate(DATA_FIELDS):
+        text = f"{field}_json"
+        parsed = f"coalesce({try_parse_json_sql(text)}, parse_json({text}))"
+        columns[field] = kept(field, f"{read['variant']}(_carry, {index})", parsed)
+    columns["metadata"] = kept("metadata", f"{read['metadata']}(_carry)", f"{JSON_MAP_FUNCTION}(metadata)")
+    marked = "_state IS NOT NULL"
+    columns |= {
+        "_src": f"{read['src']}(_carry)",
+        "_seq": f"{read['seq']}(_carry)",
+        "_state": f"coalesce(_state, {read['string']}(_carry, 0))",
+        "_error": f"CASE WHEN {marked} THEN _error ELSE {read['string']}(_carry, 1) END",
+        "_node": f"CASE WHEN {marked} THEN _node ELSE {read['string']}(_carry, 2) END",
+        "_piece": f"{read['piece']}(_carry)",
+    }
+    return [F.expr(sql).alias(name) for name, sql in columns.items()]
