@@ -553,10 +553,23 @@ public final class ConduitFunctions {
     /** Text that is not ASCII goes through a Java String, as to_json's does: a byte sequence that is
      * not UTF-8 becomes U+FFFD. */
     private static void string(org.apache.spark.unsafe.types.UTF8String text, Text out) {
-      byte[] bytes = text.getBytes();
-      byte[] valid = asJavaReadsIt(bytes, 0, bytes.length);
-      if (valid != null) bytes = valid;
-      VariantJson.quote(bytes, 0, bytes.length, out);
+      // The string's own bytes where Spark holds them in an array (a row's): no copy of each.
+      Object base = text.getBaseObject();
+      byte[] bytes;
+      int start = 0;
+      int length = text.numBytes();
+      if (base instanceof byte[]) {
+        bytes = (byte[]) base;
+        start = (int) (text.getBaseOffset() - org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET);
+      } else {
+        bytes = text.getBytes();
+      }
+      byte[] valid = asJavaReadsIt(bytes, start, length);
+      if (valid != null) {
+        VariantJson.quote(valid, 0, valid.length, out);
+      } else {
+        VariantJson.quote(bytes, start, length, out);
+      }
     }
   }
 

@@ -190,7 +190,12 @@ class _Columns(dict[str, list[Any]]):
         elif pa.types.is_map(column.type):  # a destination's batch
             values = string_dicts(column)
         else:  # a mapper's: the text of conduit_map_json
-            values = [None if text is None else _metadata_in(text) for text in column.to_pylist()]
+            texts = column.to_pylist()
+            loads = orjson.loads
+            try:
+                values = [None if text is None else loads(text) for text in texts]
+            except orjson.JSONDecodeError:  # one text orjson refuses: each on its own
+                values = [None if text is None else _metadata_in(text) for text in texts]
         self[name] = values
         return values
 
@@ -381,7 +386,7 @@ class ArrowRecords:
         maps = self.columns["metadata"]
         if pa.types.is_map(kind):
             return string_map_array(maps)
-        return pa.array([_metadata_out(m) for m in maps], type=kind)
+        return pa.array([None if m is None else _metadata_out(m) for m in maps], type=kind)
 
 
 _NO_PAYLOAD: Mapping[str, Any] = {}
