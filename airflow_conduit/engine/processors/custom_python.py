@@ -137,6 +137,15 @@ def _data_out(value: Any) -> tuple[str | None, bytes | None]:
     return _dumps(value), None
 
 
+def _data_unless_same(value: Any, came_as: str | None) -> tuple[str | None, bytes | None, bool]:
+    """A data field's (text, raw) as :func:`_data_out` gives them, and whether its text is the text it
+    came as (then no text: the engine keeps the field it had)."""
+    text, raw = _data_out(value)
+    if text is not None and text == came_as:
+        return None, None, True
+    return text, raw, False
+
+
 def _metadata_in(text: str) -> dict[str, str | None]:
     try:
         return orjson.loads(text)
@@ -327,23 +336,15 @@ class ArrowRecords:
             if key is None:
                 key_json[i] = key_raw[i] = None
             else:
-                text, raw = _data_out(key)
-                if text is not None and text == key_json[i]:
-                    key_json[i] = None
-                    bits |= 2
-                else:
-                    key_json[i], key_raw[i] = text, raw
+                key_json[i], key_raw[i], same = _data_unless_same(key, key_json[i])
+                bits |= 2 * same
             payload = get("payload") or _NO_PAYLOAD
             before, after = payload.get("before"), payload.get("after")
             if before is None:
                 before_json[i] = before_raw[i] = None
             else:
-                text, raw = _data_out(before)
-                if text is not None and text == before_json[i]:
-                    before_json[i] = None
-                    bits |= 4
-                else:
-                    before_json[i], before_raw[i] = text, raw
+                before_json[i], before_raw[i], same = _data_unless_same(before, before_json[i])
+                bits |= 4 * same
             if type(after) is dict:
                 try:
                     text = dumps(after, default=str, option=_ORJSON_OPTIONS).decode()
@@ -358,12 +359,8 @@ class ArrowRecords:
             elif after is None:
                 after_json[i] = after_raw[i] = None
             else:
-                text, raw = _data_out(after)
-                if text is not None and text == after_json[i]:
-                    after_json[i] = None
-                    bits |= 8
-                else:
-                    after_json[i], after_raw[i] = text, raw
+                after_json[i], after_raw[i], same = _data_unless_same(after, after_json[i])
+                bits |= 8 * same
             kept[i] = bits
         self.changed.update(_STORED)
 
