@@ -51,9 +51,6 @@ def batches(records: int, size: int) -> list[pa.RecordBatch]:
                     "sku": f"sku-{i % 97}",
                 }
             ),
-            "_src": 0,
-            "_seq": i,
-            "_state": "open",
             "_active": True,
         }
         for i in range(records)
