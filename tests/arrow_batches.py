@@ -9,10 +9,9 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_conduit.engine.processors.custom_python import KEPT_BITS, arrow_schema
+from airflow_conduit.record import INTERNAL_COLUMNS as STATE_COLUMNS  # in _carry: the mapper never sees them
 
 SCHEMA = arrow_schema()
-STATE_COLUMNS = ("_src", "_seq", "_state", "_error", "_node", "_piece")
-"""What a record's ``_carry`` holds besides its fields: the mapper never sees them."""
 
 
 def full_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -724,9 +724,6 @@ def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated
 
 
 UDF_IDENTITY = """
-CALLS = []
-
-
 def identity(record):
     return record
 """

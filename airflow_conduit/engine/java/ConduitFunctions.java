@@ -522,6 +522,38 @@ public final class ConduitFunctions {
     }
   }
 
+  /** A builder of StaticInvoke expressions (what the SQL function registry calls with the arguments'
+   * expressions): Spark's generated code calls the static method with Spark's own values. */
+  abstract static class Invoker extends scala.runtime.AbstractFunction1 {
+    private final Class target;
+    private final String method;
+    private final org.apache.spark.sql.types.DataType type;
+    private final int arity;
+    private final boolean propagateNull;
+    private final String usage;
+
+    /** propagateNull: a null argument gives null without a call; usage: the error for other arities. */
+    Invoker(Class target, String method, String type, int arity, boolean propagateNull, String usage) {
+      this.target = target;
+      this.method = method;
+      this.type = org.apache.spark.sql.types.DataType.fromDDL(type);
+      this.arity = arity;
+      this.propagateNull = propagateNull;
+      this.usage = usage;
+    }
+
+    public Object apply(Object arguments) {
+      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
+      if (children.length() != arity) {
+        throw new IllegalArgumentException(usage);
+      }
+      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
+          target, type, method, children,
+          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, propagateNull, true,
+          true, scala.None$.MODULE$);
+    }
+  }
+
   /** conduit_map_json(MAP<STRING, STRING>) -> STRING: to_json of a map of strings, the same text
    * (entries in the map's order, strings with Jackson's default escapes, a null value as null).
    * Spark's to_json sets up a Jackson generator and writes each row through chars (a fifth of the
@@ -575,16 +607,9 @@ public final class ConduitFunctions {
 
   /** What the SQL function registry calls to make conduit_map_json(m): a StaticInvoke of MapJson.write
    * (null for a null map). */
-  public static final class MapJsonBuilder extends scala.runtime.AbstractFunction1 {
-    public Object apply(Object arguments) {
-      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
-      if (children.length() != 1) {
-        throw new IllegalArgumentException("conduit_map_json takes one map of strings");
-      }
-      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
-          MapJson.class, org.apache.spark.sql.types.DataTypes.StringType, "write", children,
-          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, true, true, true,
-          scala.None$.MODULE$);
+  public static final class MapJsonBuilder extends Invoker {
+    public MapJsonBuilder() {
+      super(MapJson.class, "write", "string", 1, true, "conduit_map_json takes one map of strings");
     }
   }
 
@@ -708,18 +733,9 @@ public final class ConduitFunctions {
 
   /** What the SQL function registry calls to make conduit_json_map(text): a StaticInvoke of
    * JsonMap.read (null for a null text). */
-  public static final class JsonMapBuilder extends scala.runtime.AbstractFunction1 {
-    public Object apply(Object arguments) {
-      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
-      if (children.length() != 1) {
-        throw new IllegalArgumentException("conduit_json_map takes one string");
-      }
-      org.apache.spark.sql.types.DataType stringType = org.apache.spark.sql.types.DataTypes.StringType;
-      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
-          JsonMap.class, org.apache.spark.sql.types.DataTypes.createMapType(stringType, stringType, true),
-          "read", children,
-          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, true, true, true,
-          scala.None$.MODULE$);
+  public static final class JsonMapBuilder extends Invoker {
+    public JsonMapBuilder() {
+      super(JsonMap.class, "read", "map<string,string>", 1, true, "conduit_json_map takes one string");
     }
   }
 
@@ -1348,11 +1364,22 @@ public final class ConduitFunctions {
       return text;
     }
 
+    /** The bytes of a length-prefixed field; null where it is null. */
     private byte[] getBytes() {
       int length = getInt();
+      if (length < 0) return null;
       byte[] bytes = java.util.Arrays.copyOfRange(b, n, n + length);
       n += length;
       return bytes;
+    }
+
+    /** Skips a variant: its value and, where it is not null, its metadata. */
+    private void skipVariant() {
+      int length = getInt();
+      if (length >= 0) {
+        n += length;
+        skip();
+      }
     }
 
     /** A reader at the piece (after the int, the long and the three strings). */
@@ -1424,89 +1451,54 @@ public final class ConduitFunctions {
       Carry in = atPiece(carried);
       in.skipPiece();
       in.skipMetadata();
-      for (int k = 0; k < index; k++) {
-        int length = in.getInt();
-        if (length >= 0) {
-          in.n += length;
-          in.skip();
-        }
-      }
-      int length = in.getInt();
-      if (length < 0) return null;
-      in.n -= 4;
+      for (int k = 0; k < index; k++) in.skipVariant();
       byte[] value = in.getBytes();
-      return new VariantVal(value, in.getBytes());
-    }
-  }
-
-  /** A builder of StaticInvoke expressions (what the SQL function registry calls with the arguments'
-   * expressions): Spark's generated code calls the static method with Spark's own values. */
-  abstract static class Invoker extends scala.runtime.AbstractFunction1 {
-    private final Class target;
-    private final String method;
-    private final org.apache.spark.sql.types.DataType type;
-    private final int arity;
-    private final boolean propagateNull;
-
-    Invoker(Class target, String method, String type, int arity, boolean propagateNull) {
-      this.target = target;
-      this.method = method;
-      this.type = org.apache.spark.sql.types.DataType.fromDDL(type);
-      this.arity = arity;
-      this.propagateNull = propagateNull;
-    }
-
-    public Object apply(Object arguments) {
-      scala.collection.immutable.Seq children = (scala.collection.immutable.Seq) arguments;
-      if (children.length() != arity) {
-        throw new IllegalArgumentException(method + " takes " + arity + " arguments");
-      }
-      return new org.apache.spark.sql.catalyst.expressions.objects.StaticInvoke(
-          target, type, method, children,
-          (scala.collection.immutable.Seq) scala.collection.immutable.Nil$.MODULE$, propagateNull, true,
-          true, scala.None$.MODULE$);
+      return value == null ? null : new VariantVal(value, in.getBytes());
     }
   }
 
   public static final class CarryBuilder extends Invoker {
     public CarryBuilder() {
-      super(Carry.class, "pack", "binary", 10, false);
+      super(Carry.class, "pack", "binary", 10, false,
+          "conduit_carry takes _src, _seq, _state, _error, _node, _piece, metadata, key, before, after");
     }
   }
 
   public static final class CarriedSrcBuilder extends Invoker {
     public CarriedSrcBuilder() {
-      super(Carry.class, "src", "int", 1, true);
+      super(Carry.class, "src", "int", 1, true, "conduit_carried_src takes a carry");
     }
   }
 
   public static final class CarriedSeqBuilder extends Invoker {
     public CarriedSeqBuilder() {
-      super(Carry.class, "seq", "bigint", 1, true);
+      super(Carry.class, "seq", "bigint", 1, true, "conduit_carried_seq takes a carry");
     }
   }
 
   public static final class CarriedStringBuilder extends Invoker {
     public CarriedStringBuilder() {
-      super(Carry.class, "string", "string", 2, true);
+      super(Carry.class, "string", "string", 2, true, "conduit_carried_string takes a carry and an index");
     }
   }
 
   public static final class CarriedPieceBuilder extends Invoker {
     public CarriedPieceBuilder() {
-      super(Carry.class, "piece", "array<int>", 1, true);
+      super(Carry.class, "piece", "array<int>", 1, true, "conduit_carried_piece takes a carry");
     }
   }
 
   public static final class CarriedMetadataBuilder extends Invoker {
     public CarriedMetadataBuilder() {
-      super(Carry.class, "metadata", "map<string,string>", 1, true);
+      super(Carry.class, "metadata", "map<string,string>", 1, true,
+          "conduit_carried_metadata takes a carry");
     }
   }
 
   public static final class CarriedVariantBuilder extends Invoker {
     public CarriedVariantBuilder() {
-      super(Carry.class, "variant", "variant", 2, true);
+      super(Carry.class, "variant", "variant", 2, true,
+          "conduit_carried_variant takes a carry and an index");
     }
   }
 
