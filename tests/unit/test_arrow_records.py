@@ -73,11 +73,7 @@ def test_what_the_function_left_as_it_came_goes_back_as_a_kept_bit_not_as_text(t
     """The engine reads a kept field back from the record's ``_carry`` (what Spark held), so the mapper
     sends no text for it; a changed field goes back as text, its bit clear."""
     body = "if record['position'] == b'f:12': record['payload']['after']['n'] = 30\n    return record"
-    module = f"arrow_records_fn_{next(_names)}"
-    (tmp_path / f"{module}.py").write_text(f"def process(record):\n    {body}\n")
-    (out,) = make_mapper(f"{module}:process", str(tmp_path), "p:py")(
-        iter([arrow_batches.arrow_batch(given())])
-    )
+    _, out = _through(tmp_path, body, given())
     rows = out.to_pylist()
     bits = KEPT_BITS
     assert [row["_kept"] for row in rows] == [
@@ -89,6 +85,42 @@ def test_what_the_function_left_as_it_came_goes_back_as_a_kept_bit_not_as_text(t
     assert [row["after_json"] for row in rows] == [None, None, '{"n":30,"big":12345678901234567891}', None]
     assert [row["metadata"] for row in rows] == [None] * 4
     assert [row["after_raw"] for row in rows] == [None, b"raw", None, None]
+
+
+def _through(tmp_path: Path, body: str, rows: list[dict[str, Any]]) -> tuple[pa.RecordBatch, pa.RecordBatch]:
+    module = f"arrow_records_fn_{next(_names)}"
+    (tmp_path / f"{module}.py").write_text(f"def process(record):\n    {body}\n")
+    batch = arrow_batches.arrow_batch(rows)
+    (out,) = make_mapper(f"{module}:process", str(tmp_path), "p:py")(iter([batch]))
+    return batch, out
+
+
+def _same_buffers(one: pa.Array, other: pa.Array) -> bool:
+    return [b and b.address for b in one.buffers()] == [b and b.address for b in other.buffers()]
+
+
+def test_columns_no_record_changed_go_back_as_they_came(tmp_path: Path) -> None:
+    """Positions, operations and raw data the function gave back as the very objects it got leave their
+    columns as they came (no array rebuilt); a column of kept text is all nulls."""
+    batch, out = _through(tmp_path, "return record", given())
+    for name in ("position", "operation", "key_raw", "after_raw"):
+        assert _same_buffers(out.column(name), batch.column(name)), name
+    assert out.column("after_json").null_count == len(out)
+    assert out.column("metadata").null_count == len(out)
+
+
+def test_one_changed_position_or_raw_value_rebuilds_its_column(tmp_path: Path) -> None:
+    body = (
+        "if record['position'] == b'f:8': record['position'] = 'f:9'; record['key'] = bytes(record['key'])\n"
+        "    if record['position'] == b'f:12': record['payload']['after'] = b'now raw'\n"
+        "    return record"
+    )
+    batch, out = _through(tmp_path, body, given())
+    assert out.column("position").to_pylist() == [b"f:0", b"f:9", b"f:12", b"f:40"]
+    assert not _same_buffers(out.column("position"), batch.column("position"))
+    assert out.column("key_raw").to_pylist() == [None, b"2", None, None]  # equal bytes, a new object
+    assert out.column("after_raw").to_pylist() == [None, b"raw", b"now raw", None]
+    assert _same_buffers(out.column("operation"), batch.column("operation"))
 
 
 def test_the_function_sees_each_field_and_its_changes_are_written(tmp_path: Path) -> None:

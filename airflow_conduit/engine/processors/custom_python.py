@@ -284,6 +284,10 @@ class ArrowRecords:
         kept = c["_kept"]
         keys, befores, afters = self._data
         dumps = orjson.dumps
+        # Whether any record's place or raw data changed: else the column goes back as it came (list
+        # equality is a C loop that takes the same objects as equal at once).
+        moved_position = moved_operation = False
+        raw_before = {name: list(c[name]) for name in _DATA if name.endswith("_raw")}
 
         def keep_all(i: int) -> None:  # a record the function did not change: all of it from _carry
             kept[i] = _ALL_KEPT
@@ -321,8 +325,13 @@ class ArrowRecords:
                 continue
             get = result.get
             position = get("position", positions[i])
-            positions[i] = position.encode() if type(position) is str else position
-            operations[i] = get("operation", operations[i])
+            if position is not positions[i]:
+                positions[i] = position.encode() if type(position) is str else position
+                moved_position = True
+            operation = get("operation", operations[i])
+            if operation is not operations[i]:
+                operations[i] = operation
+                moved_operation = True
             returned_metadata = get("metadata") or {}
             if returned_metadata != (metadata or {}):
                 metadatas[i] = returned_metadata  # keys and values through str in to_batch
@@ -330,19 +339,20 @@ class ArrowRecords:
             else:
                 metadatas[i] = None
                 bits = 1
-            # A field whose new text is the text it came as is kept (its bit set, its text null). The
-            # common cases inline (a null field, a dict): a call per field costs more than its work.
+            # A field whose new text is the text it came as is kept (its bit set, its text null); raw
+            # data given back as the very bytes it came as stays in its column. The common cases inline
+            # (a null field, a dict): a call per field costs more than its work.
             key = get("key")
             if key is None:
                 key_json[i] = key_raw[i] = None
-            else:
+            elif key is not key_raw[i]:
                 key_json[i], key_raw[i], same = _data_unless_same(key, key_json[i])
                 bits |= 2 * same
             payload = get("payload") or _NO_PAYLOAD
             before, after = payload.get("before"), payload.get("after")
             if before is None:
                 before_json[i] = before_raw[i] = None
-            else:
+            elif before is not before_raw[i]:
                 before_json[i], before_raw[i], same = _data_unless_same(before, before_json[i])
                 bits |= 4 * same
             if type(after) is dict:
@@ -358,11 +368,15 @@ class ArrowRecords:
                 after_raw[i] = None
             elif after is None:
                 after_json[i] = after_raw[i] = None
-            else:
+            elif after is not after_raw[i]:
                 after_json[i], after_raw[i], same = _data_unless_same(after, after_json[i])
                 bits |= 8 * same
             kept[i] = bits
-        self.changed.update(_STORED)
+        self.changed.update(name for name in _DATA if name not in raw_before or c[name] != raw_before[name])
+        if moved_position:
+            self.changed.add("position")
+        if moved_operation:
+            self.changed.add("operation")
 
     def to_batch(self, schema: pa.Schema | None = None) -> pa.RecordBatch:
         """The batch in ``schema`` (the source's by default): its changed columns, and those the
@@ -370,14 +384,17 @@ class ArrowRecords:
         schema = schema or self.source.schema
         kept = set(self.source.schema.names) - self.changed
         arrays = [
-            self.source.column(field.name)
-            if field.name in kept
-            else self._metadata(field.type)
-            if field.name == "metadata"
-            else pa.array(self.columns[field.name], type=field.type)
-            for field in schema
+            self.source.column(field.name) if field.name in kept else self._array(field) for field in schema
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+    def _array(self, field: pa.Field) -> pa.Array:
+        values = self.columns[field.name]
+        if values.count(None) == len(values):  # e.g. every field kept: no conversion per row
+            return pa.nulls(len(values), field.type)
+        if field.name == "metadata":
+            return self._metadata(field.type)
+        return pa.array(values, type=field.type)
 
     def _metadata(self, kind: pa.DataType) -> pa.Array:
         maps = self.columns["metadata"]
@@ -387,9 +404,7 @@ class ArrowRecords:
 
 
 _NO_PAYLOAD: Mapping[str, Any] = {}
-_STORED = frozenset(
-    ("position", "operation", "metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw")))
-)
+_DATA = frozenset(("metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw"))))
 _MARKED = ("_state", "_error", "_node")
 _OUTPUT_ONLY: dict[str, Any] = {**dict.fromkeys(_MARKED), "_kept": 0}
 """A mapper's output columns that its batches do not have, and what each row holds until it is set: no
