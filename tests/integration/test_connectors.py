@@ -464,6 +464,7 @@ def test_the_engines_variant_json_is_to_json_for_every_variant_type(spark):
         "12345678901234567890.123",
         # Decimals of 4 and 8 bytes, written from their bytes: trailing zeros dropped, as Spark does.
         "[100.0, 0.00, -0.0010, 0.5, -12.340, 123456789.123456789, -999999999999999999.0, 10]",
+        "[0.123456789012345678, -0.000000000000000001, -1.05, 0.001, 99.99, 7.0, -5.50, 1000000.0001]",
         "true",
         "false",
         "null",
