@@ -111,7 +111,7 @@ def test_columns_no_record_changed_go_back_as_they_came(tmp_path: Path) -> None:
 
 def test_one_changed_position_or_raw_value_rebuilds_its_column(tmp_path: Path) -> None:
     body = (
-        "if record['position'] == b'f:8': record['position'] = 'f:9'; record['key'] = bytes(record['key'])\n"
+        "if record['position'] == b'f:8': record['position'] = 'f:9'; record['key'] = bytes(bytearray(record['key']))\n"
         "    if record['position'] == b'f:12': record['payload']['after'] = b'now raw'\n"
         "    return record"
     )

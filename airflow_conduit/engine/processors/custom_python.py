@@ -284,10 +284,9 @@ class ArrowRecords:
         kept = c["_kept"]
         keys, befores, afters = self._data
         dumps = orjson.dumps
-        # Whether any record's place or raw data changed: else the column goes back as it came (list
-        # equality is a C loop that takes the same objects as equal at once).
-        moved_position = moved_operation = False
-        raw_before = {name: list(c[name]) for name in _DATA if name.endswith("_raw")}
+        # A column no record changed goes back as it came: each is compared with its copy at the end
+        # (list equality, a C loop that takes the same objects as equal at once).
+        came = {name: list(c[name]) for name in _SENT_BACK_AS_IS}
 
         def keep_all(i: int) -> None:  # a record the function did not change: all of it from _carry
             kept[i] = _ALL_KEPT
@@ -325,13 +324,8 @@ class ArrowRecords:
                 continue
             get = result.get
             position = get("position", positions[i])
-            if position is not positions[i]:
-                positions[i] = position.encode() if type(position) is str else position
-                moved_position = True
-            operation = get("operation", operations[i])
-            if operation is not operations[i]:
-                operations[i] = operation
-                moved_operation = True
+            positions[i] = position.encode() if type(position) is str else position
+            operations[i] = get("operation", operations[i])
             returned_metadata = get("metadata") or {}
             if returned_metadata != (metadata or {}):
                 metadatas[i] = returned_metadata  # keys and values through str in to_batch
@@ -372,11 +366,8 @@ class ArrowRecords:
                 after_json[i], after_raw[i], same = _data_unless_same(after, after_json[i])
                 bits |= 8 * same
             kept[i] = bits
-        self.changed.update(name for name in _DATA if name not in raw_before or c[name] != raw_before[name])
-        if moved_position:
-            self.changed.add("position")
-        if moved_operation:
-            self.changed.add("operation")
+        self.changed.update(_DATA - came.keys())
+        self.changed.update(name for name, values in came.items() if c[name] != values)
 
     def to_batch(self, schema: pa.Schema | None = None) -> pa.RecordBatch:
         """The batch in ``schema`` (the source's by default): its changed columns, and those the
@@ -405,6 +396,8 @@ class ArrowRecords:
 
 _NO_PAYLOAD: Mapping[str, Any] = {}
 _DATA = frozenset(("metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw"))))
+_SENT_BACK_AS_IS = ("position", "operation", *(f"{n}_raw" for n in DATA_FIELDS))
+"""A mapper's columns that usually go back as they came: set per row, rebuilt only if a row changed."""
 _MARKED = ("_state", "_error", "_node")
 _OUTPUT_ONLY: dict[str, Any] = {**dict.fromkeys(_MARKED), "_kept": 0}
 """A mapper's output columns that its batches do not have, and what each row holds until it is set: no
