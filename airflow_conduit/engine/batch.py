@@ -30,6 +30,7 @@ from airflow_conduit.engine import decisions, dlq
 from airflow_conduit.engine.connectors import Delivery, Staged, jsonl_files, nacks_of, plugins
 from airflow_conduit.engine.counters import RunCounters
 from airflow_conduit.engine.delivery import BatchContext, logged_batch
+from airflow_conduit.engine.frames import in_state, select_sql
 from airflow_conduit.engine.intake import batch_records, read_sources
 from airflow_conduit.engine.once import computed_once, release
 from airflow_conduit.engine.processors import _memo, apply_all, is_pure, repeats_in_attempt
@@ -500,12 +501,12 @@ class BatchProcessor:
                     "%s: batch %d already delivered, not written again", destination.node_id, batch_id
                 )
                 return
-            rows = write.frame.filter(F.col("_state") == STATE_OPEN)
+            rows = write.frame.filter(in_state(STATE_OPEN))
             if write.written is not None:
                 rows = rows.observe(write.written, F.count(F.lit(1)).alias("n"))
             write.staged = plugins.stage(
                 destination.plugin,
-                rows.select(*RECORD_COLUMNS, *ORDER_COLUMNS),
+                select_sql(rows, [*RECORD_COLUMNS, *ORDER_COLUMNS]),
                 destination.settings,
                 delivery,
             )
@@ -537,7 +538,7 @@ class BatchProcessor:
     ) -> _DestinationWrite:
         """The records a destination gets: open ones whose collection matches its ``namespace`` regex,
         after the destination's own processors."""
-        frame = records.filter(F.col("_state") == STATE_OPEN)
+        frame = records.filter(in_state(STATE_OPEN))
         settings = destination.settings
         # Every destination's settings take a namespace (registry test); the DLQ is not asked.
         namespace = settings.namespace if isinstance(settings, DestinationSettings) else ".*"
@@ -589,11 +590,11 @@ class BatchProcessor:
     ) -> tuple[DataFrame, int]:
         """Records nacked by a pipeline processor, any destination's processors, or refused by a
         destination while it wrote (once each)."""
-        nacked = records.filter(F.col("_state") == STATE_NACKED)
+        nacked = records.filter(in_state(STATE_NACKED))
         count = states[STATE_NACKED]
         late = [w for w in writes if w.states is not None and counts_of(w.states)[STATE_NACKED]]
         for write in late:
-            nacked = nacked.unionByName(write.frame.filter(F.col("_state") == STATE_NACKED))
+            nacked = nacked.unionByName(write.frame.filter(in_state(STATE_NACKED)))
         refused = [
             (seq, error, w.destination.node_id)
             for w in writes

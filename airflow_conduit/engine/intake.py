@@ -27,6 +27,7 @@ from airflow_conduit.config.settings import UNSTORED_MAX_RECORDS_PER_BATCH
 from airflow_conduit.config.settings.sdk import SourceSdkSettings
 from airflow_conduit.engine.connectors import SourceContext, plugins
 from airflow_conduit.engine.delivery import BatchContext
+from airflow_conduit.engine.frames import select_sql
 from airflow_conduit.engine.processors import apply_all
 from airflow_conduit.offsets import OffsetLog
 from airflow_conduit.record import (
@@ -85,8 +86,8 @@ def _shaped(raw: DataFrame, index: int, source: ConnectorConfig, state: Pipeline
         listed = ", ".join(f"X'{p.hex()}'" for p in sorted(acked))
         raw = raw.filter(f"coalesce(NOT (position IN ({listed})), true)")
     given = set(raw.columns)
-    return raw.selectExpr(
-        *(_source_column(name, given) for name in SOURCE_TYPES), f"CAST({index} AS INT) AS _src"
+    return select_sql(
+        raw, [*(_source_column(name, given) for name in SOURCE_TYPES), f"CAST({index} AS INT) AS _src"]
     )
 
 
@@ -189,14 +190,17 @@ def batch_records(
     columns = ["position", "operation", f"{metadata} AS metadata"]
     for name in DATA_FIELDS:
         columns += [f"{try_parse_json_sql(f'{name}_json')} AS {name}", f"{name}_raw"]
-    records = batch.selectExpr(
-        *columns,
-        "_src",
-        "monotonically_increasing_id() AS _seq",  # (source, partition, row): source order
-        f"'{STATE_OPEN}' AS _state",
-        "CAST(NULL AS STRING) AS _error",
-        "CAST(NULL AS STRING) AS _node",
-        "CAST(array() AS array<int>) AS _piece",
+    records = select_sql(
+        batch,
+        [
+            *columns,
+            "_src",
+            "monotonically_increasing_id() AS _seq",  # (source, partition, row): source order
+            f"'{STATE_OPEN}' AS _state",
+            "CAST(NULL AS STRING) AS _error",
+            "CAST(NULL AS STRING) AS _node",
+            "CAST(array() AS array<int>) AS _piece",
+        ],
     )
     processors = [p for i, s in enumerate(pipeline.sources) for p in _scoped(s.processors, i)]
     return apply_all(records, [*processors, *pipeline.processors], context)

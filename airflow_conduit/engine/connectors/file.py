@@ -28,6 +28,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.arrow_arrays import int_array, string_array
@@ -342,7 +343,16 @@ def read_stream(spark: SparkSession, settings: FileSourceSettings, ctx: SourceCo
 
 
 RANGES_CLASS = "org.airflowconduit.ConduitFunctions$FileRanges"
-_RANGE_ROWS = "r int, offset bigint, line bigint, after_raw binary"
+_RANGE_ROWS_JSON = StructType(
+    [
+        StructField("r", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("line", LongType()),
+        StructField("after_raw", BinaryType()),
+    ]
+).json()
+"""The rows of a micro-batch's byte ranges, as Spark's JSON of their schema: made without the JVM (from
+DDL, a dozen Py4J calls every micro-batch)."""
 
 
 def read_batch(
@@ -367,6 +377,7 @@ def read_batch(
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
     from airflow_conduit.config.fieldref import sql_string, sql_string_map
+    from airflow_conduit.engine.frames import select_sql
     from airflow_conduit.engine.sql_functions import function_class
 
     ranges = [r for r in stream_reader(settings, ctx).partitions(start, end) if isinstance(r, _FileRange)]
@@ -377,7 +388,7 @@ def read_batch(
     lines = context._jsc.parallelize(specs, len(specs)).flatMap(
         function_class(spark, RANGES_CLASS).getDeclaredConstructor(None).newInstance(None)
     )
-    jschema = spark._jsparkSession.parseDataType(spark.createDataFrame([], _RANGE_ROWS).schema.json())
+    jschema = spark._jsparkSession.parseDataType(_RANGE_ROWS_JSON)
     rows = ClassicDataFrame(spark._jsparkSession.internalCreateDataFrame(lines.rdd(), jschema, False), spark)
 
     def per_range(values: list[str]) -> str:
@@ -387,11 +398,14 @@ def read_batch(
         return sql_string_map({META_FILE_PATH: path, **(metadata or {})})
 
     names = per_range([sql_string(f"{r.name}:") for r in ranges])
-    return rows.selectExpr(
-        f"CAST(concat({names}, CAST(offset AS STRING)) AS BINARY) AS position",
-        f"{per_range([metadata_map(r.shown_path) for r in ranges])} AS metadata",
-        "CAST(CAST(line AS STRING) AS BINARY) AS key_raw",
-        "after_raw",
+    return select_sql(
+        rows,
+        [
+            f"CAST(concat({names}, CAST(offset AS STRING)) AS BINARY) AS position",
+            f"{per_range([metadata_map(r.shown_path) for r in ranges])} AS metadata",
+            "CAST(CAST(line AS STRING) AS BINARY) AS key_raw",
+            "after_raw",
+        ],
     )
 
 
@@ -440,7 +454,9 @@ def lag_reader(settings: FileSourceSettings, ctx: SourceContext) -> FileLag:
 def stage(records: DataFrame, settings: FileDestinationSettings, delivery: Delivery) -> Staged:
     chosen = jsonl_file.layout(settings.path)
     jsonl_file.announce(settings.path, chosen, f"{delivery.pipeline_id}:{delivery.destination_id}")
-    lines = records.drop(*ORDER_COLUMNS)
+    from airflow_conduit.engine.frames import drop_columns  # the driver's: workers import this module
+
+    lines = drop_columns(records, ORDER_COLUMNS)
     if chosen == "file":
         return jsonl_file.stage_append(lines, settings.path, delivery, settings.output_format)
     return stage_jsonl(lines, settings.path, delivery, settings.output_format)

@@ -49,8 +49,10 @@ _INT64 = 1 << 63
 
 def record_lines(records: DataFrame, record_format: RecordFormat | None = None) -> DataFrame:
     """One ``value`` string per record, in the records' partitions and order."""
+    from airflow_conduit.engine.frames import select_sql  # the driver's: workers import this module
+
     if record_format is None or record_format.is_default:
-        return records.selectExpr(f"{opencdc_json_sql()} AS value")
+        return select_sql(records, [f"{opencdc_json_sql()} AS value"])
     if record_format.name == "template":
         # The driver's: the workers import this module, and the config layer is heavy for them.
         from airflow_conduit.config.template_sql import source_text_sql

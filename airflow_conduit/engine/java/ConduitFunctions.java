@@ -28,6 +28,10 @@
  * a UDF that passes a row's state through and counts it into Spark accumulators, so that the batch's
  * write counts its records by state inside Spark's generated code (an observe splits that code).
  *
+ * Frames (airflow_conduit/engine/frames.py): a DataFrame's projections built from SQL text given as one
+ * string, so that a step of a micro-batch's plan is one Py4J call (PySpark passes a list to the JVM an
+ * element at a time, and each column it makes is a call or more of its own).
+ *
  * FileRanges (airflow_conduit/engine/connectors/file.py): the builtin:file source's byte ranges of a
  * micro-batch, read into rows (range, offset, line number, line) on the executors, as the Python
  * stream reader reads them (lines end at a newline, a carriage return before it is not part of the
@@ -1511,32 +1515,44 @@ public final class ConduitFunctions {
     private final String filtered;
     private transient boolean started;
 
-    /** counts[i] counts the rows in states[i]; heads and filteredHeads the rows that stand for their
-     * source record (all, and those in the state named filtered); partitions gets the partition of
-     * each task that computes a row, so that a partition computed twice is seen. */
-    public StateTally(
-        String[] states,
-        org.apache.spark.util.LongAccumulator[] counts,
-        org.apache.spark.util.LongAccumulator heads,
-        org.apache.spark.util.LongAccumulator filteredHeads,
-        org.apache.spark.util.CollectionAccumulator partitions,
-        String filtered) {
-      this.states = states;
-      this.counts = counts;
-      this.heads = heads;
-      this.filteredHeads = filteredHeads;
-      this.partitions = partitions;
+    /** counts[i] counts the rows in states[i] (states: the names, tab-separated); heads and
+     * filteredHeads the rows that stand for their source record (all, and those in the state named
+     * filtered); partitions gets the partition of each task that computes a row, so that a partition
+     * computed twice is seen. The accumulators are made here, on the driver: through Py4J each would
+     * be a round trip of its own, for every micro-batch. */
+    public StateTally(String states, String filtered) {
+      org.apache.spark.SparkContext context = org.apache.spark.SparkContext.getOrCreate();
+      this.states = states.split("\t", -1);
+      this.counts = new org.apache.spark.util.LongAccumulator[this.states.length];
+      for (int i = 0; i < counts.length; i++) counts[i] = context.longAccumulator();
+      this.heads = context.longAccumulator();
+      this.filteredHeads = context.longAccumulator();
+      this.partitions = context.collectionAccumulator();
       this.filtered = filtered;
     }
 
-    /** The counting column, non-deterministic so that Spark computes it once per row where it stands.
-     * Built here, not through Py4J: Py4J may pick functions.udf(Object, DataType), Spark's untyped
-     * Scala UDF, which Spark refuses (seen once in a driver started without the class archive). */
-    public org.apache.spark.sql.Column column(org.apache.spark.sql.Column state, org.apache.spark.sql.Column head) {
+    /** The counts so far in one answer (one Py4J call): each state's count in the order of the states,
+     * then the heads and the filtered heads, tab-separated; null if a partition was computed more than
+     * once (the counts would be too high). */
+    public String counts() {
+      java.util.List<Object> computed = partitions.value();
+      if (new java.util.HashSet<Object>(computed).size() != computed.size()) return null;
+      StringBuilder text = new StringBuilder();
+      for (org.apache.spark.util.LongAccumulator count : counts) text.append(count.value()).append('\t');
+      return text.append(heads.value()).append('\t').append(filteredHeads.value()).toString();
+    }
+
+    /** The frame with its _state counted by this UDF, non-deterministic so that Spark computes it once
+     * per row where it stands; head: SQL true for the rows that stand for their source record. Built
+     * here, not through Py4J: Py4J may pick functions.udf(Object, DataType), Spark's untyped Scala UDF,
+     * which Spark refuses (seen once in a driver started without the class archive). */
+    public org.apache.spark.sql.Dataset tallied(org.apache.spark.sql.Dataset frame, String head) {
       org.apache.spark.sql.api.java.UDF2 self = this;
       org.apache.spark.sql.expressions.UserDefinedFunction udf =
           org.apache.spark.sql.functions.udf(self, org.apache.spark.sql.types.DataTypes.StringType);
-      return udf.asNondeterministic().apply(new org.apache.spark.sql.Column[] {state, head});
+      org.apache.spark.sql.Column counted = udf.asNondeterministic().apply(new org.apache.spark.sql.Column[] {
+          org.apache.spark.sql.functions.col("_state"), org.apache.spark.sql.functions.expr(head)});
+      return frame.withColumn("_state", counted);
     }
 
     public Object call(Object state, Object head) {
@@ -1555,6 +1571,39 @@ public final class ConduitFunctions {
         }
       }
       return state;
+    }
+  }
+
+  public static final class Frames {
+    private static final com.fasterxml.jackson.databind.ObjectMapper JSON =
+        new com.fasterxml.jackson.databind.ObjectMapper();
+
+    /** The strings of a JSON array (any text a SQL expression may hold, NULs included). */
+    private static String[] texts(String json) throws java.io.IOException {
+      return (String[]) JSON.readValue(json, String[].class);
+    }
+
+    public org.apache.spark.sql.Dataset selectExpr(org.apache.spark.sql.Dataset frame, String expressions)
+        throws java.io.IOException {
+      return frame.selectExpr(texts(expressions));
+    }
+
+    /** The columns named (a JSON array) set to the expressions (another), as withColumns does: a column
+     * already there is replaced where it stands, a new one added at the end, in the order given. */
+    public org.apache.spark.sql.Dataset withColumns(
+        org.apache.spark.sql.Dataset frame, String names, String expressions) throws java.io.IOException {
+      String[] columnNames = texts(names);
+      String[] sql = texts(expressions);
+      java.util.LinkedHashMap columns = new java.util.LinkedHashMap();
+      for (int i = 0; i < columnNames.length; i++) {
+        columns.put(columnNames[i], org.apache.spark.sql.functions.expr(sql[i]));
+      }
+      return frame.withColumns(columns);
+    }
+
+    public org.apache.spark.sql.Dataset drop(org.apache.spark.sql.Dataset frame, String names)
+        throws java.io.IOException {
+      return frame.drop(texts(names));
     }
   }
 

@@ -9,10 +9,10 @@ import re
 from collections.abc import Iterable
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.delivery import BatchContext
+from airflow_conduit.engine.frames import with_sql
 from airflow_conduit.engine.processors import _templates
 
 
@@ -85,5 +85,5 @@ def apply_all(
         records = apply(records, proc, batch)
         applied = True
     if applied:
-        records = records.withColumn("_state", F.expr(_STATE_BARRIER))
+        records = with_sql(records, {"_state": _STATE_BARRIER})
     return records

@@ -7,10 +7,10 @@ Every processor acts on records whose ``_state`` is ``open`` and whose condition
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from airflow_conduit.config.fieldref import FieldRef, sql_string, variant_path
 from airflow_conduit.config.model import ProcessorConfig
+from airflow_conduit.engine.frames import drop_columns, with_sql
 from airflow_conduit.record import VARIANT_SET_FUNCTION
 
 EMPTY_OBJECT = "cast(map() as map<string,variant>)"
@@ -81,23 +81,23 @@ def apply_changes(
     value such as a parsed JSON document is computed once); they are dropped afterwards.
     """
     prelude = prelude or {}
-    records = records.withColumn("_active", F.expr(active_sql(proc)))
+    records = with_sql(records, {"_active": active_sql(proc)})
     if prelude:
-        records = records.withColumns(
-            {name: F.expr(f"CASE WHEN _active THEN {sql} END") for name, sql in prelude.items()}
+        records = with_sql(
+            records, {name: f"CASE WHEN _active THEN {sql} END" for name, sql in prelude.items()}
         )
     problem_sql = f"(_active AND coalesce(({problem}), false))" if problem else "false"
-    records = records.withColumn("_problem", F.expr(problem_sql))
+    records = with_sql(records, {"_problem": problem_sql})
     columns = {
-        column: F.expr(f"CASE WHEN _active AND NOT _problem THEN {sql} ELSE {column} END")
+        column: f"CASE WHEN _active AND NOT _problem THEN {sql} ELSE {column} END"
         for column, sql in changes.items()
     }
     if problem:
         message = problem_message or sql_str(f"{proc.plugin} failed")
-        columns["_state"] = F.expr("CASE WHEN _problem THEN 'nacked' ELSE _state END")
-        columns["_error"] = F.expr(f"CASE WHEN _problem THEN {message} ELSE _error END")
-        columns["_node"] = F.expr(f"CASE WHEN _problem THEN {sql_str(proc.node_id)} ELSE _node END")
-    return records.withColumns(columns).drop("_active", "_problem", *prelude)
+        columns["_state"] = "CASE WHEN _problem THEN 'nacked' ELSE _state END"
+        columns["_error"] = f"CASE WHEN _problem THEN {message} ELSE _error END"
+        columns["_node"] = f"CASE WHEN _problem THEN {sql_str(proc.node_id)} ELSE _node END"
+    return drop_columns(with_sql(records, columns), ["_active", "_problem", *prelude])
 
 
 def raw_problem(ref: FieldRef) -> str:
