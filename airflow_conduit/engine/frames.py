@@ -44,15 +44,17 @@ def select_sql(frame: DataFrame, expressions: Sequence[str]) -> DataFrame:
     return _wrapped(frame, _frames(frame).selectExpr(frame._jdf, json.dumps(list(expressions))))
 
 
-def with_sql(frame: DataFrame, columns: Mapping[str, str]) -> DataFrame:
-    """``frame.withColumns({name: F.expr(sql)})``: each column replaced where it stands, or added."""
-    names, expressions = json.dumps(list(columns)), json.dumps(list(columns.values()))
-    return _wrapped(frame, _frames(frame).withColumns(frame._jdf, names, expressions))
+def with_sql(frame: DataFrame, *steps: Mapping[str, str], drop: Sequence[str] = ()) -> DataFrame:
+    """``frame.withColumns({name: F.expr(sql)})`` for each step in turn (each sees the columns of the
+    steps before: a column replaced where it stands, or added), then ``drop(*drop)``."""
+    names = json.dumps([list(step) for step in steps])
+    expressions = json.dumps([list(step.values()) for step in steps])
+    return _wrapped(frame, _frames(frame).withSteps(frame._jdf, names, expressions, json.dumps(list(drop))))
 
 
 def drop_columns(frame: DataFrame, names: Sequence[str]) -> DataFrame:
     """``frame.drop(*names)``."""
-    return _wrapped(frame, _frames(frame).drop(frame._jdf, json.dumps(list(names))))
+    return with_sql(frame, drop=names)
 
 
 def in_state(state: str) -> str:

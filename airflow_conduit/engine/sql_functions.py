@@ -34,10 +34,13 @@ import logging
 import os
 import tempfile
 import time
+import weakref
 import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.jvm import cache_dir
@@ -153,24 +156,32 @@ def _load_classes_in_this_thread(spark: SparkSession) -> None:
         thread.setContextClassLoader(loader)
 
 
-_LOADERS: dict[str, Any] = {}
-"""The driver's class loader of the jar, per Spark application (its jar does not change while it
-runs): the tally and the file reader ask for their classes every micro-batch, and finding the jar
-reads and hashes the Java source."""
+@dataclass
+class _LoadedJar:
+    loader: Any
+    classes: dict[str, Any] = field(default_factory=dict)
+
+
+_JARS: weakref.WeakKeyDictionary[SparkContext, _LoadedJar] = weakref.WeakKeyDictionary()
+"""The jar's classes as the driver loaded them, per Spark context (its jar does not change while it
+runs): the tally, the file reader and the engine's DataFrame steps ask for theirs every micro-batch, and
+finding the jar reads and hashes the Java source (each lookup in the JVM is a Py4J call or more)."""
 
 
 def function_class(spark: SparkSession, class_name: str) -> Any:
     """A class of the compiled jar as the driver loads it (a Py4J ``java.lang.Class``); the executors
     load it from the jar :func:`register_functions` added to the context."""
-    key = spark.sparkContext.applicationId
-    loader = _LOADERS.get(key)
-    if loader is None:
+    context: Any = spark.sparkContext
+    loaded = _JARS.get(context)
+    if loaded is None:
         jar = functions_jar(spark)
         jvm: Any = spark._jvm
-        context: Any = spark.sparkContext
         urls = context._gateway.new_array(jvm.java.net.URL, 1)
         urls[0] = jvm.java.io.File(str(jar)).toURI().toURL()
-        loader = _LOADERS[key] = jvm.java.net.URLClassLoader(
-            urls, jvm.Thread.currentThread().getContextClassLoader()
+        loaded = _JARS[context] = _LoadedJar(
+            jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
         )
-    return loader.loadClass(class_name)
+    found = loaded.classes.get(class_name)
+    if found is None:
+        found = loaded.classes[class_name] = loaded.loader.loadClass(class_name)
+    return found

@@ -1588,22 +1588,25 @@ public final class ConduitFunctions {
       return frame.selectExpr(texts(expressions));
     }
 
-    /** The columns named (a JSON array) set to the expressions (another), as withColumns does: a column
-     * already there is replaced where it stands, a new one added at the end, in the order given. */
-    public org.apache.spark.sql.Dataset withColumns(
-        org.apache.spark.sql.Dataset frame, String names, String expressions) throws java.io.IOException {
-      String[] columnNames = texts(names);
-      String[] sql = texts(expressions);
-      java.util.LinkedHashMap columns = new java.util.LinkedHashMap();
-      for (int i = 0; i < columnNames.length; i++) {
-        columns.put(columnNames[i], org.apache.spark.sql.functions.expr(sql[i]));
-      }
-      return frame.withColumns(columns);
-    }
-
-    public org.apache.spark.sql.Dataset drop(org.apache.spark.sql.Dataset frame, String names)
+    /** withColumns step after step: names[i] (a JSON array of arrays) set to expressions[i] (another),
+     * each step seeing the columns of the ones before (an empty step is skipped), then the columns named
+     * in drop (a JSON array) dropped. As withColumns does, a column already there is replaced where it stands and a new one
+     * added at the end, in the order given. */
+    public org.apache.spark.sql.Dataset withSteps(
+        org.apache.spark.sql.Dataset frame, String names, String expressions, String drop)
         throws java.io.IOException {
-      return frame.drop(texts(names));
+      String[][] stepNames = (String[][]) JSON.readValue(names, String[][].class);
+      String[][] stepSql = (String[][]) JSON.readValue(expressions, String[][].class);
+      org.apache.spark.sql.Dataset result = frame;
+      for (int step = 0; step < stepNames.length; step++) {
+        java.util.LinkedHashMap columns = new java.util.LinkedHashMap();
+        for (int i = 0; i < stepNames[step].length; i++) {
+          columns.put(stepNames[step][i], org.apache.spark.sql.functions.expr(stepSql[step][i]));
+        }
+        if (!columns.isEmpty()) result = result.withColumns(columns);
+      }
+      String[] dropped = texts(drop);
+      return dropped.length == 0 ? result : result.drop(dropped);
     }
   }
 

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame
 
 from airflow_conduit.config.fieldref import FieldRef, sql_string, variant_path
 from airflow_conduit.config.model import ProcessorConfig
-from airflow_conduit.engine.frames import drop_columns, with_sql
+from airflow_conduit.engine.frames import with_sql
 from airflow_conduit.record import VARIANT_SET_FUNCTION
 
 EMPTY_OBJECT = "cast(map() as map<string,variant>)"
@@ -81,13 +81,7 @@ def apply_changes(
     value such as a parsed JSON document is computed once); they are dropped afterwards.
     """
     prelude = prelude or {}
-    records = with_sql(records, {"_active": active_sql(proc)})
-    if prelude:
-        records = with_sql(
-            records, {name: f"CASE WHEN _active THEN {sql} END" for name, sql in prelude.items()}
-        )
     problem_sql = f"(_active AND coalesce(({problem}), false))" if problem else "false"
-    records = with_sql(records, {"_problem": problem_sql})
     columns = {
         column: f"CASE WHEN _active AND NOT _problem THEN {sql} ELSE {column} END"
         for column, sql in changes.items()
@@ -97,7 +91,14 @@ def apply_changes(
         columns["_state"] = "CASE WHEN _problem THEN 'nacked' ELSE _state END"
         columns["_error"] = f"CASE WHEN _problem THEN {message} ELSE _error END"
         columns["_node"] = f"CASE WHEN _problem THEN {sql_str(proc.node_id)} ELSE _node END"
-    return drop_columns(with_sql(records, columns), ["_active", "_problem", *prelude])
+    return with_sql(  # one call to the JVM for the steps
+        records,
+        {"_active": active_sql(proc)},
+        {name: f"CASE WHEN _active THEN {sql} END" for name, sql in prelude.items()},
+        {"_problem": problem_sql},
+        columns,
+        drop=["_active", "_problem", *prelude],
+    )
 
 
 def raw_problem(ref: FieldRef) -> str:
