@@ -3,9 +3,9 @@
 The engine plans every micro-batch again in the driver, and PySpark's DataFrame calls cost a Py4J round
 trip per column at least: a list of expressions goes to the JVM an element at a time, and each column
 made in Python (``F.col``, ``F.expr``, ``==``) is a call or more of its own. A continuous file pipeline's
-micro-batch made about 340 calls while the engine planned it, at about a quarter of a millisecond each
-on this project's 2-core machine. The steps here hand the JVM one JSON array of SQL text instead
-(``Frames`` in engine/java/ConduitFunctions.java).
+micro-batch made about 340 calls while the engine planned it (about 50 with this module). The steps here
+hand the JVM one JSON array of SQL text instead (``Frames`` in engine/java/ConduitFunctions.java): on
+this project's 2-core machine a ``selectExpr`` of ten names took 3.1-4.0 ms, and 2.2-2.3 ms as one call.
 """
 
 from __future__ import annotations
