@@ -11,28 +11,19 @@ this project's 2-core machine a ``selectExpr`` of ten names took 3.1-4.0 ms, and
 from __future__ import annotations
 
 import json
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pyspark import SparkContext
 from pyspark.sql import DataFrame
 from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-from airflow_conduit.engine.sql_functions import function_class
+from airflow_conduit.engine.sql_functions import function_instance
 
 FRAMES_CLASS = "org.airflowconduit.ConduitFunctions$Frames"
-_HELPERS: weakref.WeakKeyDictionary[SparkContext, Any] = weakref.WeakKeyDictionary()
 
 
 def _frames(frame: DataFrame) -> Any:
-    spark = frame.sparkSession
-    context = spark.sparkContext
-    helper = _HELPERS.get(context)
-    if helper is None:
-        helper = function_class(spark, FRAMES_CLASS).getDeclaredConstructor(None).newInstance(None)
-        _HELPERS[context] = helper
-    return helper
+    return function_instance(frame.sparkSession, FRAMES_CLASS)
 
 
 def _wrapped(frame: DataFrame, java_frame: Any) -> DataFrame:

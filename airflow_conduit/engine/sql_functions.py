@@ -160,6 +160,7 @@ def _load_classes_in_this_thread(spark: SparkSession) -> None:
 class _LoadedJar:
     loader: Any
     classes: dict[str, Any] = field(default_factory=dict)
+    instances: dict[str, Any] = field(default_factory=dict)
 
 
 _JARS: weakref.WeakKeyDictionary[SparkContext, _LoadedJar] = weakref.WeakKeyDictionary()
@@ -171,6 +172,26 @@ finding the jar reads and hashes the Java source (each lookup in the JVM is a Py
 def function_class(spark: SparkSession, class_name: str) -> Any:
     """A class of the compiled jar as the driver loads it (a Py4J ``java.lang.Class``); the executors
     load it from the jar :func:`register_functions` added to the context."""
+    loaded = _loaded_jar(spark)
+    found = loaded.classes.get(class_name)
+    if found is None:
+        found = loaded.classes[class_name] = loaded.loader.loadClass(class_name)
+    return found
+
+
+def function_instance(spark: SparkSession, class_name: str) -> Any:
+    """One instance, made once per Spark context, of a class of the jar with no state of its own (a
+    constructor without parameters)."""
+    instances = _loaded_jar(spark).instances
+    found = instances.get(class_name)
+    if found is None:
+        found = instances[class_name] = (
+            function_class(spark, class_name).getDeclaredConstructor(None).newInstance(None)
+        )
+    return found
+
+
+def _loaded_jar(spark: SparkSession) -> _LoadedJar:
     context: Any = spark.sparkContext
     loaded = _JARS.get(context)
     if loaded is None:
@@ -181,7 +202,4 @@ def function_class(spark: SparkSession, class_name: str) -> Any:
         loaded = _JARS[context] = _LoadedJar(
             jvm.java.net.URLClassLoader(urls, jvm.Thread.currentThread().getContextClassLoader())
         )
-    found = loaded.classes.get(class_name)
-    if found is None:
-        found = loaded.classes[class_name] = loaded.loader.loadClass(class_name)
-    return found
+    return loaded

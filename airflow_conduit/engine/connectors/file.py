@@ -378,16 +378,14 @@ def read_batch(
 
     from airflow_conduit.config.fieldref import sql_string, sql_string_map
     from airflow_conduit.engine.frames import select_sql
-    from airflow_conduit.engine.sql_functions import function_class
+    from airflow_conduit.engine.sql_functions import function_instance
 
     ranges = [r for r in stream_reader(settings, ctx).partitions(start, end) if isinstance(r, _FileRange)]
     if not ranges:
         return spark.createDataFrame([], SCHEMA)
     context: Any = spark.sparkContext
     specs = [f"{i}\t{r.start}\t{r.end}\t{r.first_line}\t{r.path}" for i, r in enumerate(ranges)]
-    lines = context._jsc.parallelize(specs, len(specs)).flatMap(
-        function_class(spark, RANGES_CLASS).getDeclaredConstructor(None).newInstance(None)
-    )
+    lines = context._jsc.parallelize(specs, len(specs)).flatMap(function_instance(spark, RANGES_CLASS))
     jschema = spark._jsparkSession.parseDataType(_RANGE_ROWS_JSON)
     rows = ClassicDataFrame(spark._jsparkSession.internalCreateDataFrame(lines.rdd(), jschema, False), spark)
 

@@ -1590,8 +1590,8 @@ public final class ConduitFunctions {
 
     /** withColumns step after step: names[i] (a JSON array of arrays) set to expressions[i] (another),
      * each step seeing the columns of the ones before (an empty step is skipped), then the columns named
-     * in drop (a JSON array) dropped. As withColumns does, a column already there is replaced where it stands and a new one
-     * added at the end, in the order given. */
+     * in drop (a JSON array) dropped. As withColumns does, a column already there is replaced where it
+     * stands and a new one added at the end, in the order given. */
     public org.apache.spark.sql.Dataset withSteps(
         org.apache.spark.sql.Dataset frame, String names, String expressions, String drop)
         throws java.io.IOException {
