@@ -47,8 +47,7 @@ ENGINE_CONFS: dict[str, str] = {
     # The first two are for local files. Without Hadoop's native library (pyspark ships none), Hadoop's
     # local file system starts a process for every permission it sets (`chmod`) and every link it reads
     # (`readlink`, on each FileContext rename): about 25 per micro-batch, 4-5 ms each. These avoid half
-    # of them. (Hadoop's RawLocalFileSystem as `fs.file.impl` would avoid the `.crc` files' too, but
-    # breaks `SparkContext.textFile`.)
+    # of them; in local mode the engine's own `file:` file system avoids the `chmod`s (local_files.py).
     #
     # The checkpoint's offset and commit logs through FileSystem, not FileContext: the same
     # write-then-rename, with no `readlink` per rename (walCommit and commitOffsets 30-37 ms -> 4-5 ms).

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.cleanup_pools import cap_cleanup_pools
 from airflow_conduit.engine.jvm import ENGINE_CONFS, local_driver_options, scala_object
+from airflow_conduit.engine.local_files import use_local_files
 from airflow_conduit.engine.python_startup import with_worker_site
 from airflow_conduit.engine.sql_functions import register_functions
 
@@ -47,6 +49,7 @@ def get_session(
     for key, value in ENGINE_CONFS.items():
         builder = builder.config(key, value)
     cores = os.cpu_count() or 2
+    starts_context = SparkContext._active_spark_context is None
     spark = (
         builder.config("spark.sql.shuffle.partitions", str(max(2, cores)))
         # field.set and friends merge maps: the new value wins.
@@ -61,6 +64,8 @@ def get_session(
     cap_cleanup_pools(spark)
     skip_data_source_lookup(spark)
     register_functions(spark)
+    if starts_context:  # a running context's cached file system may be in use
+        use_local_files(spark)
     return spark
 
 

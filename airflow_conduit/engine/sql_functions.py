@@ -82,29 +82,35 @@ conversion of each argument, as a Java UDF's has): each name and the class that 
 
 def functions_jar(spark: SparkSession) -> Path:
     """The compiled functions for this Spark version: built once per machine, then reused."""
-    source = SOURCE.read_text(encoding="utf-8")
+    return compiled_jar(spark, SOURCE, "conduit-functions")
+
+
+def compiled_jar(spark: SparkSession, source_file: Path, prefix: str) -> Path:
+    """``source_file`` compiled for this Spark version into ``<prefix>-<digest>.jar`` in the cache
+    directory: built once per machine, then reused."""
+    source = source_file.read_text(encoding="utf-8")
     digest = hashlib.sha256(f"{spark.version}\n{source}".encode()).hexdigest()[:16]
-    name = f"conduit-functions-{digest}.jar"
+    name = f"{prefix}-{digest}.jar"
     jar = cache_dir() / name
     if jar.exists():
         return jar
     started = time.perf_counter()
-    classes = _compile(spark, source)
+    classes = _compile(spark, source_file.name, source)
     try:
         _write_jar(jar, classes)
     except OSError:  # no writable cache (a read-only home): this run's own copy
-        jar = Path(tempfile.mkdtemp(prefix="conduit-functions-")) / name
+        jar = Path(tempfile.mkdtemp(prefix=f"{prefix}-")) / name
         _write_jar(jar, classes)
-    logger.debug("compiled the engine's SQL functions into %s in %.2f s", jar, time.perf_counter() - started)
+    logger.debug("compiled %s into %s in %.2f s", source_file.name, jar, time.perf_counter() - started)
     return jar
 
 
-def _compile(spark: SparkSession, source: str) -> dict[str, bytes]:
+def _compile(spark: SparkSession, file_name: str, source: str) -> dict[str, bytes]:
     """``{class name: class file}`` of ``source``, compiled by Janino in the driver's JVM."""
     jvm: Any = spark._jvm
     compiler = jvm.org.codehaus.janino.SimpleCompiler()
     compiler.setParentClassLoader(jvm.Thread.currentThread().getContextClassLoader())
-    compiler.cook(SOURCE.name, jvm.java.io.StringReader(source))
+    compiler.cook(file_name, jvm.java.io.StringReader(source))
     return {str(name): bytes(code) for name, code in compiler.getBytecodes().items()}
 
 
