@@ -50,6 +50,7 @@ from airflow_conduit.record import (
     GO_JSON_FUNCTION,
     JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
+    OPENCDC_LINE_FUNCTION,
     TRY_PARSE_JSON_FUNCTION,
     VARIANT_JSON_FUNCTION,
     VARIANT_SET_FUNCTION,
@@ -69,6 +70,7 @@ returns."""
 EXPRESSIONS = {
     MAP_JSON_FUNCTION: "org.airflowconduit.ConduitFunctions$MapJsonBuilder",
     JSON_MAP_FUNCTION: "org.airflowconduit.ConduitFunctions$JsonMapBuilder",
+    OPENCDC_LINE_FUNCTION: "org.airflowconduit.ConduitFunctions$OpencdcLineBuilder",
     CARRY_FUNCTION: "org.airflowconduit.ConduitFunctions$CarryBuilder",
     **{
         name: f"org.airflowconduit.ConduitFunctions$Carried{part.capitalize()}Builder"

@@ -403,6 +403,9 @@ def test_opencdc_json_is_the_plain_to_json_of_the_record(spark):
         ("X'00FF0A22'", "'odd \"op\"\\n'", "map(concat('k', char(1)), CAST(NULL AS string), 'v', 'x\\\\y')"),
         ("CAST(NULL AS binary)", "CAST(NULL AS string)", "CAST(NULL AS map<string,string>)"),
         ("X''", "''", "CAST(map() AS map<string,string>)"),
+        # base64 of 2 bytes over a group of 3, and of more than 57 bytes (one line, not split at 76).
+        ("X'0102030405'", "'delete'", "map('a', 'b')"),
+        ("CAST(repeat('p', 100) AS binary)", "'snapshot'", "map('a', 'c')"),
         # Text that is not ASCII, and bytes that are not UTF-8 (to_json writes U+FFFD for them).
         ("X'01'", "'create'", "map('é 😀 <&>', CAST(X'C328FF41' AS string), CAST(X'E2FF' AS string), 'ü')"),
     ]

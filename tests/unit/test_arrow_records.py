@@ -169,6 +169,27 @@ def test_a_failed_or_filtered_record_keeps_the_fields_it_came_with(tmp_path: Pat
         }
 
 
+def test_records_with_the_same_metadata_each_get_their_own_copy(tmp_path: Path) -> None:
+    """Rows whose metadata text is the row before's are parsed once and share that dict; a function
+    that changes one record's metadata must not change the next record's."""
+    from airflow_conduit.engine.processors.custom_python import _metadata_dicts
+
+    shared = [("file.path", "f"), ("a", "1")]
+    rows = given([{"position": f"f:{i}".encode(), "metadata": shared, "after_json": "{}"} for i in range(3)])
+    texts = [row["metadata"] for row in rows]
+    dicts = _metadata_dicts([*texts, None, texts[0], '{"b":"2"}'])
+    assert dicts[0] is dicts[1] is dicts[2] and dicts[4] == dicts[0]
+    assert dicts[3:] == [None, dict(shared), {"b": "2"}]
+
+    body = "if record['position'] == b'f:0': record['metadata']['a'] = 'changed'\n    return record"
+    out = mapped(tmp_path, body, rows)
+    assert [metadata_pairs(row["metadata"]) for row in out] == [
+        [("file.path", "f"), ("a", "changed")],
+        shared,
+        shared,
+    ]
+
+
 def test_maps_convert_without_importing_pandas() -> None:
     """Workers that only read or write maps (a record format, a template) stay without pandas' 30-36
     MiB (see ``arrow_arrays``)."""

@@ -65,7 +65,7 @@ public final class ConduitFunctions {
 
     /** The value at pos, laid out as the Variant binary format says (its header byte: the basic type
      * in the low two bits, the type's details above them). */
-    private static void write(byte[] value, byte[] metadata, int pos, Text out) {
+    static void write(byte[] value, byte[] metadata, int pos, Text out) {
       int header = value[pos] & 0xFF;
       int basic = header & 3;
       int info = header >> 2;
@@ -565,12 +565,59 @@ public final class ConduitFunctions {
    * static method Spark's generated code calls with the map as Spark holds it (StaticInvoke, made by
    * MapJsonBuilder when the SQL names the function). */
   public static final class MapJson {
+    private static final ThreadLocal MEMO = new ThreadLocal() {
+      protected Object initialValue() {
+        return new MapJson();
+      }
+    };
+
+    // The last map this thread wrote, as Spark held it, and its text: a source's records mostly
+    // share their metadata within a micro-batch (the file's path, the read time, the connector), so
+    // each map is compared byte for byte with the last one before it is written again.
+    private byte[] lastMap = new byte[64];
+    private int lastMapSize = -1;
+    private org.apache.spark.unsafe.types.UTF8String lastText;
+
     public static org.apache.spark.unsafe.types.UTF8String write(
         org.apache.spark.sql.catalyst.util.MapData map) {
+      return ((MapJson) MEMO.get()).text(map);
+    }
+
+    /** The text of map: the last one's when the map's bytes are the last map's (an UnsafeMapData,
+     * as a row holds it), else written and remembered. */
+    org.apache.spark.unsafe.types.UTF8String text(org.apache.spark.sql.catalyst.util.MapData map) {
+      if (!(map instanceof org.apache.spark.sql.catalyst.expressions.UnsafeMapData)) {
+        return written(map);
+      }
+      org.apache.spark.sql.catalyst.expressions.UnsafeMapData held =
+          (org.apache.spark.sql.catalyst.expressions.UnsafeMapData) map;
+      int size = held.getSizeInBytes();
+      Object base = held.getBaseObject();
+      long offset = held.getBaseOffset();
+      long start = org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET;
+      if (size == lastMapSize && org.apache.spark.unsafe.array.ByteArrayMethods.arrayEquals(
+          base, offset, lastMap, start, size)) {
+        return lastText;
+      }
+      lastText = written(map);
+      if (lastMap.length < size) lastMap = new byte[size];
+      org.apache.spark.unsafe.Platform.copyMemory(base, offset, lastMap, start, size);
+      lastMapSize = size;
+      return lastText;
+    }
+
+    private static org.apache.spark.unsafe.types.UTF8String written(
+        org.apache.spark.sql.catalyst.util.MapData map) {
+      Text out = new Text(64 * map.numElements() + 2);
+      write(map, out);
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(
+          java.util.Arrays.copyOf(out.bytes, out.size));
+    }
+
+    static void write(org.apache.spark.sql.catalyst.util.MapData map, Text out) {
       org.apache.spark.sql.catalyst.util.ArrayData keys = map.keyArray();
       org.apache.spark.sql.catalyst.util.ArrayData values = map.valueArray();
       int size = map.numElements();
-      Text out = new Text(64 * size + 2);
       out.put((byte) '{');
       for (int i = 0; i < size; i++) {
         if (i > 0) out.put((byte) ',');
@@ -583,12 +630,11 @@ public final class ConduitFunctions {
         }
       }
       out.put((byte) '}');
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
     }
 
     /** Text that is not ASCII goes through a Java String, as to_json's does: a byte sequence that is
      * not UTF-8 becomes U+FFFD. */
-    private static void string(org.apache.spark.unsafe.types.UTF8String text, Text out) {
+    static void string(org.apache.spark.unsafe.types.UTF8String text, Text out) {
       // The string's own bytes where Spark holds them in an array (a row's): no copy of each.
       Object base = text.getBaseObject();
       byte[] bytes;
@@ -606,6 +652,102 @@ public final class ConduitFunctions {
       } else {
         VariantJson.quote(bytes, start, length, out);
       }
+    }
+  }
+
+  /** conduit_opencdc_line(position, operation, metadata, key, key_raw, before, before_raw, after,
+   * after_raw) -> STRING: the record as one OpenCDC JSON line, the text of to_json of the OpenCDC
+   * struct with nulls kept (base64 of binary never split into lines). Written into one buffer the
+   * thread reuses, then copied once: a concat of each part's text cost an allocation and a copy per
+   * part, and a raw field went through a VARIANT of its base64. */
+  public static final class OpencdcLine {
+    private static final ThreadLocal BUFFER = new ThreadLocal() {
+      protected Object initialValue() {
+        return new Text(512);
+      }
+    };
+    private static final byte[] BASE64 =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+            .getBytes(java.nio.charset.StandardCharsets.US_ASCII);
+
+    public static org.apache.spark.unsafe.types.UTF8String write(byte[] position,
+        org.apache.spark.unsafe.types.UTF8String operation,
+        org.apache.spark.sql.catalyst.util.MapData metadata, VariantVal key, byte[] keyRaw,
+        VariantVal before, byte[] beforeRaw, VariantVal after, byte[] afterRaw) {
+      Text out = (Text) BUFFER.get();
+      out.size = 0;
+      out.ascii("{\"position\":");
+      if (position == null) {
+        out.ascii("null");
+      } else {
+        base64(position, out);
+      }
+      out.ascii(",\"operation\":");
+      if (operation == null) {
+        out.ascii("null");
+      } else {
+        MapJson.string(operation, out);
+      }
+      out.ascii(",\"metadata\":");
+      if (metadata == null) {
+        out.ascii("null");
+      } else {
+        byte[] text = MapJson.write(metadata).getBytes();
+        out.put(text, 0, text.length);
+      }
+      out.ascii(",\"key\":");
+      data(key, keyRaw, out);
+      out.ascii(",\"payload\":{\"before\":");
+      data(before, beforeRaw, out);
+      out.ascii(",\"after\":");
+      data(after, afterRaw, out);
+      out.ascii("}}");
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(
+          java.util.Arrays.copyOf(out.bytes, out.size));
+    }
+
+    /** A data field as OpenCDC JSON writes it: structured data as its JSON, raw data as a string of
+     * its base64. */
+    private static void data(VariantVal structured, byte[] raw, Text out) {
+      if (structured != null) {
+        VariantJson.write(structured.getValue(), structured.getMetadata(), 0, out);
+      } else if (raw != null) {
+        base64(raw, out);
+      } else {
+        out.ascii("null");
+      }
+    }
+
+    /** The bytes as a JSON string of their base64 (RFC 4648, padded, one line). */
+    static void base64(byte[] bytes, Text out) {
+      out.put((byte) '"');
+      int whole = bytes.length - bytes.length % 3;
+      for (int i = 0; i < whole; i += 3) {
+        int bits = (bytes[i] & 0xFF) << 16 | (bytes[i + 1] & 0xFF) << 8 | (bytes[i + 2] & 0xFF);
+        out.put(BASE64[bits >>> 18]);
+        out.put(BASE64[(bits >>> 12) & 63]);
+        out.put(BASE64[(bits >>> 6) & 63]);
+        out.put(BASE64[bits & 63]);
+      }
+      int left = bytes.length - whole;
+      if (left > 0) {
+        int bits = (bytes[whole] & 0xFF) << 16 | (left == 2 ? (bytes[whole + 1] & 0xFF) << 8 : 0);
+        out.put(BASE64[bits >>> 18]);
+        out.put(BASE64[(bits >>> 12) & 63]);
+        out.put(left == 2 ? BASE64[(bits >>> 6) & 63] : (byte) '=');
+        out.put((byte) '=');
+      }
+      out.put((byte) '"');
+    }
+  }
+
+  /** What the SQL function registry calls to make conduit_opencdc_line(...): a StaticInvoke of
+   * OpencdcLine.write (nulls passed on: a null part is written as null). */
+  public static final class OpencdcLineBuilder extends Invoker {
+    public OpencdcLineBuilder() {
+      super(OpencdcLine.class, "write", "string", 9, false,
+          "conduit_opencdc_line takes position, operation, metadata, key, key_raw, before, before_raw,"
+              + " after, after_raw");
     }
   }
 

@@ -153,6 +153,20 @@ def _metadata_in(text: str) -> dict[str, str | None]:
         return json.loads(text)
 
 
+def _metadata_dicts(texts: list[str | None]) -> list[dict[str, str | None] | None]:
+    """The metadata of a batch's rows, read from their text. A source's records mostly share their
+    metadata within a batch: a row whose text is the row before's shares its dict (read-only; each
+    record the function gets has a copy), so it is parsed once."""
+    values: list[dict[str, str | None] | None] = []
+    last_text: str | None = None
+    last: dict[str, str | None] | None = None
+    for text in texts:
+        if text != last_text:
+            last_text, last = text, None if text is None else _metadata_in(text)
+        values.append(last)
+    return values
+
+
 def _metadata_out(metadata: Mapping[Any, Any] | None) -> str | None:
     """Metadata as a mapper gives it back: keys and values through ``str``, as Conduit's are strings."""
     if metadata is None:
@@ -199,12 +213,7 @@ class _Columns(dict[str, list[Any]]):
         elif pa.types.is_map(column.type):  # a destination's batch
             values = string_dicts(column)
         else:  # a mapper's: the text of conduit_map_json
-            texts = column.to_pylist()
-            loads = orjson.loads
-            try:
-                values = [None if text is None else loads(text) for text in texts]
-            except orjson.JSONDecodeError:  # one text orjson refuses: each on its own
-                values = [None if text is None else _metadata_in(text) for text in texts]
+            values = _metadata_dicts(column.to_pylist())
         self[name] = values
         return values
 
