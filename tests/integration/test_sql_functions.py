@@ -159,31 +159,6 @@ def test_try_parse_json_of_bytes_is_spark_s_try_parse_json_to_the_byte(spark):
         assert 20 < parsed < len(cases)  # both kinds are in the cases
 
 
-def test_map_json_compares_each_map_spark_holds_with_the_last_one(spark):
-    """``conduit_map_json`` reuses the last text for a map whose bytes are the last map's: maps of the
-    same size and keys but another value, and a map after a null, must still get their own text."""
-    maps = [
-        {"a": "x"},
-        {"a": "x"},
-        {"a": "y"},
-        {"b": "y"},
-        {"b": "y", "c": None},
-        None,
-        {"b": "y", "c": None},
-        {},
-        {"a": "x"},
-    ]
-    frame = spark.createDataFrame([(i, m) for i, m in enumerate(maps)], "i int, m map<string,string>")
-    rows = (
-        frame.coalesce(1)  # one task: each row follows the one before in the same thread
-        .selectExpr("i", f"{MAP_JSON_FUNCTION}(m) AS fast", "to_json(m) AS plain")
-        .collect()
-    )
-    assert [row.i for row in rows] == list(range(len(maps)))
-    assert [row.fast for row in rows] == [row.plain for row in rows]
-    assert [None if row.fast is None else json.loads(row.fast) for row in rows] == maps
-
-
 def test_json_map_reads_back_what_map_json_and_python_write(spark):
     """``conduit_json_map`` gives back the map ``conduit_map_json`` wrote (the metadata's way to a
     Python mapper and back, unchanged), and reads a mapper's own text of the metadata it changed: the

@@ -565,53 +565,11 @@ public final class ConduitFunctions {
    * static method Spark's generated code calls with the map as Spark holds it (StaticInvoke, made by
    * MapJsonBuilder when the SQL names the function). */
   public static final class MapJson {
-    private static final ThreadLocal MEMO = new ThreadLocal() {
-      protected Object initialValue() {
-        return new MapJson();
-      }
-    };
-
-    // The last map this thread wrote, as Spark held it, and its text: a source's records mostly
-    // share their metadata within a micro-batch (the file's path, the read time, the connector), so
-    // each map is compared byte for byte with the last one before it is written again.
-    private byte[] lastMap = new byte[64];
-    private int lastMapSize = -1;
-    private org.apache.spark.unsafe.types.UTF8String lastText;
-
     public static org.apache.spark.unsafe.types.UTF8String write(
-        org.apache.spark.sql.catalyst.util.MapData map) {
-      return ((MapJson) MEMO.get()).text(map);
-    }
-
-    /** The text of map: the last one's when the map's bytes are the last map's (an UnsafeMapData,
-     * as a row holds it), else written and remembered. */
-    org.apache.spark.unsafe.types.UTF8String text(org.apache.spark.sql.catalyst.util.MapData map) {
-      if (!(map instanceof org.apache.spark.sql.catalyst.expressions.UnsafeMapData)) {
-        return written(map);
-      }
-      org.apache.spark.sql.catalyst.expressions.UnsafeMapData held =
-          (org.apache.spark.sql.catalyst.expressions.UnsafeMapData) map;
-      int size = held.getSizeInBytes();
-      Object base = held.getBaseObject();
-      long offset = held.getBaseOffset();
-      long start = org.apache.spark.unsafe.Platform.BYTE_ARRAY_OFFSET;
-      if (size == lastMapSize && org.apache.spark.unsafe.array.ByteArrayMethods.arrayEquals(
-          base, offset, lastMap, start, size)) {
-        return lastText;
-      }
-      lastText = written(map);
-      if (lastMap.length < size) lastMap = new byte[size];
-      org.apache.spark.unsafe.Platform.copyMemory(base, offset, lastMap, start, size);
-      lastMapSize = size;
-      return lastText;
-    }
-
-    private static org.apache.spark.unsafe.types.UTF8String written(
         org.apache.spark.sql.catalyst.util.MapData map) {
       Text out = new Text(64 * map.numElements() + 2);
       write(map, out);
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(
-          java.util.Arrays.copyOf(out.bytes, out.size));
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
     }
 
     static void write(org.apache.spark.sql.catalyst.util.MapData map, Text out) {
@@ -657,15 +615,10 @@ public final class ConduitFunctions {
 
   /** conduit_opencdc_line(position, operation, metadata, key, key_raw, before, before_raw, after,
    * after_raw) -> STRING: the record as one OpenCDC JSON line, the text of to_json of the OpenCDC
-   * struct with nulls kept (base64 of binary never split into lines). Written into one buffer the
-   * thread reuses, then copied once: a concat of each part's text cost an allocation and a copy per
-   * part, and a raw field went through a VARIANT of its base64. */
+   * struct with nulls kept (base64 of binary never split into lines), written into one buffer: a
+   * concat of each part's text cost an allocation and a copy per part, and a raw field went through
+   * a VARIANT of its base64. */
   public static final class OpencdcLine {
-    private static final ThreadLocal BUFFER = new ThreadLocal() {
-      protected Object initialValue() {
-        return new Text(512);
-      }
-    };
     private static final byte[] BASE64 =
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
             .getBytes(java.nio.charset.StandardCharsets.US_ASCII);
@@ -674,8 +627,7 @@ public final class ConduitFunctions {
         org.apache.spark.unsafe.types.UTF8String operation,
         org.apache.spark.sql.catalyst.util.MapData metadata, VariantVal key, byte[] keyRaw,
         VariantVal before, byte[] beforeRaw, VariantVal after, byte[] afterRaw) {
-      Text out = (Text) BUFFER.get();
-      out.size = 0;
+      Text out = new Text(256);
       out.ascii("{\"position\":");
       if (position == null) {
         out.ascii("null");
@@ -692,8 +644,7 @@ public final class ConduitFunctions {
       if (metadata == null) {
         out.ascii("null");
       } else {
-        byte[] text = MapJson.write(metadata).getBytes();
-        out.put(text, 0, text.length);
+        MapJson.write(metadata, out);
       }
       out.ascii(",\"key\":");
       data(key, keyRaw, out);
@@ -702,8 +653,7 @@ public final class ConduitFunctions {
       out.ascii(",\"after\":");
       data(after, afterRaw, out);
       out.ascii("}}");
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(
-          java.util.Arrays.copyOf(out.bytes, out.size));
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
     }
 
     /** A data field as OpenCDC JSON writes it: structured data as its JSON, raw data as a string of
