@@ -48,7 +48,7 @@ public final class ConduitFunctions {
   private ConduitFunctions() {}
 
   public static final class VariantJson implements org.apache.spark.sql.api.java.UDF1 {
-    private static final byte[] HEX = {
+    static final byte[] HEX = {
       (byte) '0', (byte) '1', (byte) '2', (byte) '3', (byte) '4', (byte) '5', (byte) '6', (byte) '7',
       (byte) '8', (byte) '9', (byte) 'A', (byte) 'B', (byte) 'C', (byte) 'D', (byte) 'E', (byte) 'F'};
 
@@ -604,12 +604,34 @@ public final class ConduitFunctions {
       } else {
         bytes = text.getBytes();
       }
-      byte[] valid = asJavaReadsIt(bytes, start, length);
-      if (valid != null) {
+      if (!quoteAscii(bytes, start, length, out)) {
+        byte[] valid = asJavaReadsIt(bytes, start, length);
         VariantJson.quote(valid, 0, valid.length, out);
-      } else {
-        VariantJson.quote(bytes, start, length, out);
       }
+    }
+
+    /** VariantJson.quote of ASCII text, in the same pass that checks it is ASCII: false (and nothing
+     * written) at the first byte that is not. */
+    private static boolean quoteAscii(byte[] text, int start, int length, Text out) {
+      int mark = out.size;
+      out.put((byte) '"');
+      int end = start + length;
+      int run = start;
+      for (int i = start; i < end; i++) {
+        byte c = text[i];
+        if (c < 0) {
+          out.size = mark;
+          return false;
+        }
+        if (c == '"' || c == '\\' || c < 0x20) {
+          out.put(text, run, i - run);
+          run = i + 1;
+          out.escape(c, VariantJson.HEX);
+        }
+      }
+      out.put(text, run, end - run);
+      out.put((byte) '"');
+      return true;
     }
   }
 
