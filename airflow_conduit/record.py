@@ -168,8 +168,9 @@ def record_text_sql() -> list[str]:
 
 def opencdc_json_sql() -> str:
     """The record as one line of OpenCDC JSON (nulls kept, so ``before: null`` is explicit): the text
-    of ``to_json`` of :func:`opencdc_struct_sql` with ``ignoreNullFields`` off, base64 in one line
-    (as the engine's session sets ``spark.sql.chunkBase64String.enabled``).
+    of ``to_json`` of :func:`opencdc_struct_sql` with ``ignoreNullFields`` off in the engine's session.
+    Its base64 is on one line in any session (Spark's default, ``spark.sql.chunkBase64String.enabled``,
+    splits it every 76 characters, which a JSON line cannot hold; the engine's session turns it off).
 
     One function of the engine's (:data:`OPENCDC_LINE_FUNCTION`) writes the whole line into one buffer:
     the data fields as :func:`variant_json_sql` does, the metadata as :data:`MAP_JSON_FUNCTION` does.
