@@ -99,20 +99,6 @@ OPENCDC_LINE_FUNCTION = "conduit_opencdc_line"
 JSON_MAP_FUNCTION = "conduit_json_map"
 """The engine's SQL function that reads :data:`MAP_JSON_FUNCTION`'s text back into a map of strings
 (:mod:`airflow_conduit.engine.sql_functions`)."""
-CARRY_FUNCTION = "conduit_carry"
-"""The engine's SQL function that packs what a Python mapper does not read or may give back unchanged (the
-record's place and state, its metadata and data fields as Spark holds them) into one ``BINARY``; the
-``conduit_carried_*`` functions read each back (:mod:`airflow_conduit.engine.sql_functions`)."""
-CARRIED_FUNCTIONS = {
-    "src": "conduit_carried_src",
-    "seq": "conduit_carried_seq",
-    "string": "conduit_carried_string",
-    "piece": "conduit_carried_piece",
-    "metadata": "conduit_carried_metadata",
-    "variant": "conduit_carried_variant",
-}
-"""What reads each part of :data:`CARRY_FUNCTION`'s bytes back: ``string`` takes an index (0 ``_state``,
-1 ``_error``, 2 ``_node``), ``variant`` too (0 key, 1 before, 2 after)."""
 TRY_PARSE_JSON_FUNCTION = "conduit_try_parse_json"
 """The engine's SQL function for ``try_parse_json`` of UTF-8 bytes (a ``BINARY``): the same ``VARIANT``,
 faster (:mod:`airflow_conduit.engine.sql_functions`)."""

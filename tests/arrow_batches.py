@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_conduit.engine.processors.custom_python import KEPT_BITS, arrow_schema
-from airflow_conduit.record import INTERNAL_COLUMNS as STATE_COLUMNS  # in _carry: the mapper never sees them
+from airflow_conduit.record import INTERNAL_COLUMNS as STATE_COLUMNS  # the mapper sees only _seq of them
 
 SCHEMA = arrow_schema()
 
@@ -39,10 +39,10 @@ def arrow_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
 def resolved(output: pa.RecordBatch, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the engine reads back from a mapper's ``output`` for the given ``rows``: a field the mapper
     kept as it came (a bit of ``_kept``) from the row, the rest from the output; the state from the
-    output where the mapper marked the record, else from the row (its ``_carry``)."""
+    output where the mapper marked the record, else from the row."""
     records = []
     for out, given in zip(output.to_pylist(), full_rows(rows), strict=True):
-        record = {name: out[name] for name in SCHEMA.names if name not in ("_active", "_carry")}
+        record = {name: out[name] for name in SCHEMA.names if name not in ("_active", "_seq")}
         for field, bit in KEPT_BITS.items():
             if out["_kept"] & bit:
                 name = "metadata" if field == "metadata" else f"{field}_json"

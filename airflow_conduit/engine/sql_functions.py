@@ -11,11 +11,6 @@ alternating rounds, identical output): 3.66 s with ``to_json`` against 2.94 s wi
 (:data:`~airflow_conduit.record.JSON_MAP_FUNCTION`) reads that text back: the metadata crosses to the
 Python workers of ``custom.python`` and back as text, not as a map.
 
-``conduit_carry(...)`` (:data:`~airflow_conduit.record.CARRY_FUNCTION`) packs what a Python mapper does not
-read or may give back unchanged into one ``BINARY`` column, and the ``conduit_carried_*`` functions read
-each part back: one column crosses to the Python worker and back instead of ten, and a field the mapper
-left as it was is not read back from its JSON text.
-
 ``conduit_variant_set(VARIANT, STRING, VARIANT)`` (:data:`~airflow_conduit.record.VARIANT_SET_FUNCTION`)
 sets one field of an object, as ``to_variant_object(map_concat(...))`` does, without the map in between
 (``tests/integration/test_processors.py`` compares them).
@@ -45,8 +40,6 @@ from pyspark.sql import SparkSession
 
 from airflow_conduit.engine.jvm import cache_dir
 from airflow_conduit.record import (
-    CARRIED_FUNCTIONS,
-    CARRY_FUNCTION,
     GO_JSON_FUNCTION,
     JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
@@ -71,11 +64,6 @@ EXPRESSIONS = {
     MAP_JSON_FUNCTION: "org.airflowconduit.ConduitFunctions$MapJsonBuilder",
     JSON_MAP_FUNCTION: "org.airflowconduit.ConduitFunctions$JsonMapBuilder",
     OPENCDC_LINE_FUNCTION: "org.airflowconduit.ConduitFunctions$OpencdcLineBuilder",
-    CARRY_FUNCTION: "org.airflowconduit.ConduitFunctions$CarryBuilder",
-    **{
-        name: f"org.airflowconduit.ConduitFunctions$Carried{part.capitalize()}Builder"
-        for part, name in CARRIED_FUNCTIONS.items()
-    },
 }
 """SQL functions that Spark's generated code calls as static methods with Spark's own values (no
 conversion of each argument, as a Java UDF's has): each name and the class that builds its expression

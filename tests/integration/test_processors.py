@@ -729,9 +729,61 @@ def identity(record):
 """
 
 
+def test_custom_python_keeps_what_it_does_not_change_as_spark_held_it(spark, tmp_path):
+    """A pass-through leaves every column of every row as it was: the record's place and state (a
+    nacked row's error and node, a split record's pieces, negative and extreme numbers), and its fields
+    to the byte (a decimal stays a decimal, not the double its JSON text would parse to), whatever the
+    function saw. Spark keeps each row beside the mapper; only the mapper's output comes back."""
+    from airflow_conduit.config import load_pipeline_text
+    from airflow_conduit.engine.processors import apply
+
+    write_module(tmp_path / "udf", "udf_keep", UDF_IDENTITY)
+    (proc,) = (
+        load_pipeline_text(
+            f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: src, type: source, plugin: builtin:file, settings: {{path: /nonexistent}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: /nonexistent-out}}}}
+    processors:
+      - {{id: py, plugin: custom.python, settings: {{function: "udf_keep:identity", path: "{tmp_path / "udf"}"}}}}
+""",
+            str(tmp_path / "p.yaml"),
+        )
+        .pipelines[0]
+        .processors
+    )
+    rows = spark.sql(
+        """
+        SELECT * FROM VALUES
+          (X'663a31', 'create', map('file.path', 'f', 'ü', '日本 😀', 'none', CAST(NULL AS STRING)),
+           parse_json('{"id": 1, "b": [1, 2.5, null, "x"]}'), CAST(NULL AS BINARY), CAST(NULL AS VARIANT),
+           CAST(NULL AS BINARY), parse_json('{"d": 12.10, "f": 1e300}'), CAST(NULL AS BINARY),
+           0, 7L, 'open', CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS ARRAY<INT>)),
+          (X'', 'update', CAST(map() AS MAP<STRING, STRING>), CAST(NULL AS VARIANT), X'00ff',
+           parse_json('{}'), CAST(NULL AS BINARY), CAST(NULL AS VARIANT), X'72617721',
+           3, -9223372036854775808L, 'nacked', 'ValueError: "no"\n', 'p:earlier', array(0, 2, -1)),
+          (X'663a33', 'delete', CAST(NULL AS MAP<STRING, STRING>), parse_json('[1e-7]'), CAST(NULL AS BINARY),
+           parse_json('[]'), CAST(NULL AS BINARY), parse_json('{"s": {}}'), CAST(NULL AS BINARY),
+           -1, 9223372036854775807L, 'open', '', '', array())
+        AS t(position, operation, metadata, key, key_raw, before, before_raw, after, after_raw,
+             _src, _seq, _state, _error, _node, _piece)
+        """
+    )
+    as_text = [f"to_json({c}) AS {c}" if c in ("key", "before", "after") else c for c in rows.columns]
+    types = [f"schema_of_variant({c}) AS {c}_type" for c in ("key", "before", "after")]
+    mapped = apply(rows, proc)
+    assert mapped.columns == rows.columns
+    assert sorted(mapped.selectExpr(*as_text, *types).collect()) == sorted(
+        rows.selectExpr(*as_text, *types).collect()
+    )
+
+
 def test_custom_python_pass_through_changes_nothing(run_yaml, tmp_path):
     """A function that gives each record back as it got it leaves the output and the DLQ as they are
-    without it: the fields it kept come back from what Spark held (``_carry``), not from their text,
+    without it: the fields it kept come back as Spark held them, not from their text,
     and the records an earlier processor nacked pass by it as they came."""
     module_dir = write_module(tmp_path / "udf", "udf_identity", UDF_IDENTITY)
     lines = [

@@ -11,8 +11,6 @@ import pytest
 
 from airflow_conduit.engine import sql_functions
 from airflow_conduit.record import (
-    CARRIED_FUNCTIONS,
-    CARRY_FUNCTION,
     JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
     TRY_PARSE_JSON_FUNCTION,
@@ -186,37 +184,3 @@ def test_json_map_refuses_what_is_not_an_object_of_strings(spark, text):
     frame = spark.createDataFrame([(text,)], "t string").selectExpr(f"{JSON_MAP_FUNCTION}(t) AS m")
     with pytest.raises(Exception, match="conduit_json_map: expected"):
         frame.collect()
-
-
-def test_carried_functions_read_back_each_part_of_the_carry(spark):
-    """What ``conduit_carry`` packs (a Python mapper's ``_carry``) reads back the same, part by part:
-    nulls, empty and non-ASCII strings, a map with null values, pieces, variants of every shape."""
-    rows = spark.sql(
-        """
-        SELECT * FROM VALUES
-          (0, 7L, 'open', CAST(NULL AS STRING), CAST(NULL AS STRING), CAST(NULL AS ARRAY<INT>),
-           map('file.path', 'f', 'ü', '日本 😀', 'none', CAST(NULL AS STRING)),
-           parse_json('{"id": 1, "b": [1, 2.5, null, "x"]}'), CAST(NULL AS VARIANT), parse_json('"s"')),
-          (3, -9223372036854775808L, 'nacked', 'ValueError: "no"\n', 'p:py', array(0, 2, -1),
-           CAST(map() AS MAP<STRING, STRING>), CAST(NULL AS VARIANT), parse_json('{}'), parse_json('1e300')),
-          (-1, 9223372036854775807L, '', '', '', array(), CAST(NULL AS MAP<STRING, STRING>),
-           parse_json('null'), parse_json('[]'), CAST(NULL AS VARIANT))
-        AS t(src, seq, state, error, node, piece, metadata, key, before, after)
-        """
-    )
-    read = CARRIED_FUNCTIONS
-    carried = rows.selectExpr(
-        "*", f"{CARRY_FUNCTION}(src, seq, state, error, node, piece, metadata, key, before, after) AS c"
-    ).selectExpr(
-        f"{read['src']}(c) AS src",
-        f"{read['seq']}(c) AS seq",
-        *(f"{read['string']}(c, {i}) AS {name}" for i, name in enumerate(("state", "error", "node"))),
-        f"{read['piece']}(c) AS piece",
-        f"{read['metadata']}(c) AS metadata",
-        *(f"{read['variant']}(c, {i}) AS {name}" for i, name in enumerate(("key", "before", "after"))),
-    )
-    as_text = [f"to_json({c}) AS {c}" if c in ("key", "before", "after") else c for c in rows.columns]
-    assert carried.selectExpr(*as_text).collect() == rows.selectExpr(*as_text).collect()
-    # The same bytes, not only the same text: schema_of_variant tells a double from a decimal.
-    types = [f"schema_of_variant({c})" for c in ("key", "before", "after")]
-    assert carried.selectExpr(*types).collect() == rows.selectExpr(*types).collect()

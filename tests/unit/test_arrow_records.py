@@ -47,7 +47,7 @@ def mapped(tmp_path: Path, body: str, rows: list[dict[str, Any]]) -> list[dict[s
 
 
 def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{k: v for k, v in row.items() if k not in ("_active", "_carry")} for row in rows]
+    return [{k: v for k, v in row.items() if k != "_active"} for row in rows]
 
 
 MAPS = pa.array([row["metadata"] for row in ROWS], pa.map_(pa.string(), pa.string()))
@@ -70,8 +70,8 @@ def test_a_pass_through_gives_back_the_batch_it_got(tmp_path: Path) -> None:
 
 
 def test_what_the_function_left_as_it_came_goes_back_as_a_kept_bit_not_as_text(tmp_path: Path) -> None:
-    """The engine reads a kept field back from the record's ``_carry`` (what Spark held), so the mapper
-    sends no text for it; a changed field goes back as text, its bit clear."""
+    """The engine keeps a kept field as the record had it (Spark holds the row beside the mapper), so
+    the mapper sends no text for it; a changed field goes back as text, its bit clear."""
     body = "if record['position'] == b'f:12': record['payload']['after']['n'] = 30\n    return record"
     _, out = _through(tmp_path, body, given())
     rows = out.to_pylist()

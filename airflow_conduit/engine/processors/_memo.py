@@ -99,13 +99,8 @@ def memoized(mapper: Mapper, node_id: str) -> Mapper:
 
 
 def seq_of(batch: pa.RecordBatch, row: int) -> int:
-    """The ``_seq`` of a row of a mapper's batch: its column, or bytes 4-12 of its ``_carry`` where the
-    engine packed it there (``Carry.pack`` in engine/java/ConduitFunctions.java writes ``_src`` then
-    ``_seq``, big-endian)."""
-    if "_carry" not in batch.schema.names:
-        return batch.column("_seq")[row].as_py()
-    carry = batch.column("_carry")[row].as_py()
-    return int.from_bytes(carry[4:12], "big", signed=True)
+    """The ``_seq`` of a row of a mapper's batch."""
+    return batch.column("_seq")[row].as_py()
 
 
 class _RowCount:

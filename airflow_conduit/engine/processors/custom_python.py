@@ -31,8 +31,6 @@ from airflow_conduit.engine.processors._memo import memoized
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
-    CARRIED_FUNCTIONS,
-    CARRY_FUNCTION,
     DATA_FIELDS,
     INTERNAL_COLUMNS,
     JSON_MAP_FUNCTION,
@@ -48,23 +46,21 @@ from airflow_conduit.record import (
 # Structured values cross to Python as JSON text, as sources yield them; so does the metadata, as
 # conduit_map_json writes it (a map column costs Spark's Arrow writer a struct per row, and its per-row
 # size check walks it: 1M records through a mapper that yields its input took 4.53-4.81 s with the
-# map against 4.31-4.67 s with the text, in one session, alternating). What the mapper does not read
-# crosses in one column, _carry (conduit_carry): the record's place and state, and its metadata and
-# data fields as Spark holds them, so that a field the function left as it was comes back from there
-# (a bit of _kept) rather than from its text.
+# map against 4.31-4.67 s with the text, in one session, alternating). The mapper runs as a scalar
+# Arrow UDF (map_records): what it does not read (the record's place and state, its fields as Spark
+# holds them) stays in the JVM beside it, so a field the function left as it was (a bit of _kept) comes
+# back from there rather than from its text.
 _RECORD_TEXT_SCHEMA = ", ".join(
     "metadata string" if column.startswith("metadata ") else column for column in SOURCE_SCHEMA.split(", ")
 )
-ARROW_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _active boolean, _carry binary"
-"""The batches a mapper gets."""
-ARROW_OUTPUT_SCHEMA = (
-    f"{_RECORD_TEXT_SCHEMA}, _state string, _error string, _node string, _kept int, _carry binary"
-)
+ARROW_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _active boolean, _seq bigint"
+"""The batches a mapper gets (``_seq`` names the partition for :mod:`._memo`)."""
+ARROW_OUTPUT_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _state string, _error string, _node string, _kept int"
 """The batches a mapper yields: ``_state``, ``_error`` and ``_node`` set where it marked the record (else
 null: the record's own), ``_kept`` the fields it gave back unchanged (:data:`KEPT_BITS`; their text is
 null)."""
 KEPT_BITS = {"metadata": 1, "key": 2, "before": 4, "after": 8}
-"""A mapper's ``_kept``: each bit says that field is as it came (read back from ``_carry``)."""
+"""A mapper's ``_kept``: each bit says that field is as it came (the engine keeps the one it had)."""
 _ALL_KEPT = sum(KEPT_BITS.values())
 _ARROW_TYPES = {
     "binary": pa.binary(),
@@ -297,7 +293,7 @@ class ArrowRecords:
         # (list equality, a C loop that takes the same objects as equal at once).
         came = {name: list(c[name]) for name in _SENT_BACK_AS_IS}
 
-        def keep_all(i: int) -> None:  # a record the function did not change: all of it from _carry
+        def keep_all(i: int) -> None:  # a record the function did not change: kept whole
             kept[i] = _ALL_KEPT
             metadatas[i] = key_json[i] = before_json[i] = after_json[i] = None
 
@@ -487,44 +483,68 @@ def map_records(
     mapper: Callable[[Iterator[pa.RecordBatch]], Iterator],
     extra: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """Run ``mapper`` on the records as Arrow batches (data fields as JSON text, ``_active`` where the
-    processor acts). ``extra``: columns (name -> Spark type) the mapper adds, kept in the result."""
+    """Run ``mapper`` on the records as Arrow batches (:data:`ARROW_SCHEMA`: data fields as JSON text,
+    ``_active`` where the processor acts). ``extra``: columns (name -> Spark type) the mapper adds,
+    kept in the result.
+
+    The mapper runs as a scalar Arrow UDF, not ``mapInArrow``: Spark sends it only the columns it
+    reads and keeps each row beside it in the JVM (``ArrowEvalPythonExec``), so the record's place,
+    state and ``VARIANT`` fields never cross to Python and back. Against ``mapInArrow`` with those in
+    one packed column, 1M records through a pass-through took 5.8-7.5 s against 6.8-8.7 s (2
+    alternating processes, 2 rounds each). The UDF is deterministic in Spark's eyes (a batch whose
+    mappers keep their output is not stored, engine/batch.py); no filter is pushed below it, as
+    :func:`~airflow_conduit.engine.processors.apply_all` ends in a non-deterministic projection."""
+    from pyspark.sql.functions import arrow_udf
+
     extra = extra or {}
-    carried = ", ".join((*INTERNAL_COLUMNS, "metadata", *DATA_FIELDS))  # in Carry.pack's order
-    prepared = records.selectExpr(
-        *(f"{MAP_JSON_FUNCTION}(metadata) AS metadata" if c == "metadata" else c for c in record_text_sql()),
-        f"{active_sql(proc)} AS _active",
-        f"{CARRY_FUNCTION}({carried}) AS _carry",
-    )
-    mapped = prepared.mapInArrow(
-        memoized(mapper, proc.node_id), ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
-    )
-    return mapped.select(*_restored(), *extra)
+    arguments = [
+        *(F.expr(f"{MAP_JSON_FUNCTION}(metadata)" if c == "metadata" else c) for c in record_text_sql()),
+        F.expr(active_sql(proc)),
+        F.col("_seq"),
+    ]
+    output = ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
+    output_type = "struct<" + ", ".join(c.replace(" ", ": ", 1) for c in output.split(", ")) + ">"
+    udf = arrow_udf(_on_arrays(memoized(mapper, proc.node_id)), returnType=output_type)
+    mapped = records.withColumn(_MAPPED, udf(*arguments))
+    return mapped.select(*_restored(), *(F.col(f"{_MAPPED}.{c}").alias(c) for c in extra))
+
+
+_MAPPED = "_mapped"
+"""The column of a mapper's output (a struct of :data:`ARROW_OUTPUT_SCHEMA`) beside the record's own."""
+
+
+def _on_arrays(mapper: Callable[[Iterator[pa.RecordBatch]], Iterator]) -> Callable[..., Iterator[pa.Array]]:
+    """``mapper`` as a scalar Arrow iterator UDF (Spark reads its kind from the type hints): each call's
+    argument arrays as a batch in, each batch out as one struct array."""
+    names = arrow_schema().names
+
+    def run(arguments: Iterator[tuple[pa.Array, ...]]) -> Iterator[pa.Array]:
+        batches = (pa.RecordBatch.from_arrays(list(arrays), names=names) for arrays in arguments)
+        for batch in mapper(batches):
+            yield pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
+
+    return run
 
 
 def _restored() -> list[Column]:
-    """The record's columns from a mapper's output: each field it kept from ``_carry``, the others from
-    its text; the record's place from ``_carry``, its state from the mapper where it marked it."""
-    read = CARRIED_FUNCTIONS
+    """The record's columns from a mapper's output: each field it kept as the record had it, the others
+    from its text; its state from the mapper where it marked it."""
+    out = _MAPPED
 
-    def kept(field: str, carried: str, given: str) -> str:
-        return f"CASE WHEN _kept & {KEPT_BITS[field]} != 0 THEN {carried} ELSE {given} END"
+    def kept(field: str, given: str) -> str:
+        return f"CASE WHEN {out}._kept & {KEPT_BITS[field]} != 0 THEN {field} ELSE {given} END"
 
-    columns = {column: column for column in RECORD_COLUMNS}
+    columns = {column: column for column in (*RECORD_COLUMNS, *INTERNAL_COLUMNS)}
+    for column in ("position", "operation", *(f"{field}_raw" for field in DATA_FIELDS)):
+        columns[column] = f"{out}.{column}"
     # Text that is not JSON (json.dumps, for what orjson refuses, writes a NaN as NaN) still fails the
     # batch in Spark's parse_json, as it did before the engine's faster reader.
-    for index, field in enumerate(DATA_FIELDS):
-        text = f"{field}_json"
-        parsed = f"coalesce({try_parse_json_sql(text)}, parse_json({text}))"
-        columns[field] = kept(field, f"{read['variant']}(_carry, {index})", parsed)
-    columns["metadata"] = kept("metadata", f"{read['metadata']}(_carry)", f"{JSON_MAP_FUNCTION}(metadata)")
-    marked = "_state IS NOT NULL"
-    columns |= {
-        "_src": f"{read['src']}(_carry)",
-        "_seq": f"{read['seq']}(_carry)",
-        "_state": f"coalesce(_state, {read['string']}(_carry, 0))",
-        "_error": f"CASE WHEN {marked} THEN _error ELSE {read['string']}(_carry, 1) END",
-        "_node": f"CASE WHEN {marked} THEN _node ELSE {read['string']}(_carry, 2) END",
-        "_piece": f"{read['piece']}(_carry)",
-    }
+    for field in DATA_FIELDS:
+        text = f"{out}.{field}_json"
+        columns[field] = kept(field, f"coalesce({try_parse_json_sql(text)}, parse_json({text}))")
+    columns["metadata"] = kept("metadata", f"{JSON_MAP_FUNCTION}({out}.metadata)")
+    marked = f"{out}._state IS NOT NULL"
+    columns["_state"] = f"coalesce({out}._state, _state)"
+    columns["_error"] = f"CASE WHEN {marked} THEN {out}._error ELSE _error END"
+    columns["_node"] = f"CASE WHEN {marked} THEN {out}._node ELSE _node END"
     return [F.expr(sql).alias(name) for name, sql in columns.items()]
