@@ -504,7 +504,9 @@ def map_records(
     ]
     output = ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
     output_type = "struct<" + ", ".join(c.replace(" ", ": ", 1) for c in output.split(", ")) + ">"
-    udf = arrow_udf(_on_arrays(memoized(mapper, proc.node_id)), returnType=output_type)
+    # pyspark's stubs know an iterator UDF only by its functionType, which warns at run time: its kind
+    # comes from _on_arrays' type hints instead.
+    udf = arrow_udf(_on_arrays(memoized(mapper, proc.node_id)), returnType=output_type)  # type: ignore[call-overload]
     mapped = records.withColumn(_MAPPED, udf(*arguments))
     return mapped.select(*_restored(), *(F.col(f"{_MAPPED}.{c}").alias(c) for c in extra))
 
