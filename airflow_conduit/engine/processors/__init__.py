@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.frames import with_sql
-from airflow_conduit.engine.processors import _templates
+from airflow_conduit.engine.processors import _memo, _templates
 
 
 def apply(records: DataFrame, proc: ProcessorConfig, batch: BatchContext | None = None) -> DataFrame:
@@ -58,7 +58,8 @@ def repeats_in_attempt(proc: ProcessorConfig, empty: DataFrame) -> bool:
     when its Python mappers keep their output (:mod:`._memo`): Spark deems its plan deterministic (a
     Python mapper counts as such) and it reads no clock. Every pure processor does; so does one whose
     only impure part is the Python it runs per record (user code, a template's random values)."""
-    plan = apply(empty, proc)._jdf.queryExecution().analyzed()
+    with _memo.analysing():
+        plan = apply(empty, proc)._jdf.queryExecution().analyzed()
     return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
 
 

@@ -60,6 +60,28 @@ def keeping_output(directory: Path | None) -> Iterator[None]:
         _PLANNING.reset(token)
 
 
+_ANALYSING: ContextVar[bool] = ContextVar("mapper_memo_analysing", default=False)
+
+
+@contextmanager
+def analysing() -> Iterator[None]:
+    """Mappers planned inside the block count as deterministic in Spark's plan, as keeping their output
+    makes them within a batch attempt: the block asks whether the rest of a processor's plan is."""
+    token = _ANALYSING.set(True)
+    try:
+        yield
+    finally:
+        _ANALYSING.reset(token)
+
+
+def planned_deterministic() -> bool:
+    """Whether a mapper planned now is marked deterministic (see :func:`analysing`). Outside it, each
+    is marked non-deterministic: Spark's optimizer then pushes no filter below it and inlines no
+    expression through it, as it would not through ``mapInArrow`` (a chain of three Python processors
+    with conditions grew its plan until the driver spent minutes in garbage collection)."""
+    return _ANALYSING.get()
+
+
 def memoized(mapper: Mapper, node_id: str) -> Mapper:
     """``mapper``, evaluated once per partition of the batch attempt and replayed after, when it is
     planned inside :func:`keeping_output`; else ``mapper`` itself."""

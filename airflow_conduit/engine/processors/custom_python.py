@@ -27,7 +27,7 @@ from airflow_conduit.config.settings import CustomPythonSettings
 from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array
 from airflow_conduit.engine.delivery import BatchContext
 from airflow_conduit.engine.processors._expr import active_sql
-from airflow_conduit.engine.processors._memo import memoized
+from airflow_conduit.engine.processors._memo import memoized, planned_deterministic
 from airflow_conduit.engine.processors._record_fields import RecordError
 from airflow_conduit.errors import ConduitError
 from airflow_conduit.record import (
@@ -491,9 +491,8 @@ def map_records(
     reads and keeps each row beside it in the JVM (``ArrowEvalPythonExec``), so the record's place,
     state and ``VARIANT`` fields never cross to Python and back. Against ``mapInArrow`` with those in
     one packed column, 1M records through a pass-through took 5.8-7.5 s against 6.8-8.7 s (2
-    alternating processes, 2 rounds each). The UDF is deterministic in Spark's eyes (a batch whose
-    mappers keep their output is not stored, engine/batch.py); no filter is pushed below it, as
-    :func:`~airflow_conduit.engine.processors.apply_all` ends in a non-deterministic projection."""
+    alternating processes, 2 rounds each). The UDF is marked non-deterministic, a barrier to Spark's
+    optimizer as ``mapInArrow`` is (:func:`._memo.planned_deterministic`)."""
     from pyspark.sql.functions import arrow_udf
 
     extra = extra or {}
@@ -507,6 +506,8 @@ def map_records(
     # pyspark's stubs know an iterator UDF only by its functionType, which warns at run time: its kind
     # comes from _on_arrays' type hints instead.
     udf = arrow_udf(_on_arrays(memoized(mapper, proc.node_id)), returnType=output_type)  # type: ignore[call-overload]
+    if not planned_deterministic():
+        udf = udf.asNondeterministic()
     mapped = records.withColumn(_MAPPED, udf(*arguments))
     return mapped.select(*_restored(), *(F.col(f"{_MAPPED}.{c}").alias(c) for c in extra))
 
