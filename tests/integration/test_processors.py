@@ -606,12 +606,37 @@ pipelines:
 # --- plan size ---------------------------------------------------------------------------------------------
 
 
+def _three_records(spark):
+    """A batch as the engine sees it (not an empty relation, which the optimizer would fold away)."""
+    from pyspark.sql import functions as F
+
+    return (
+        spark.range(3)
+        .selectExpr(
+            "cast(cast(id as string) as binary) AS position",
+            "'create' AS operation",
+            "map('k', cast(id as string)) AS metadata",
+            "cast(NULL AS variant) AS key",
+            "cast(cast(id as string) as binary) AS key_raw",
+            "cast(NULL AS variant) AS before",
+            "cast(NULL AS binary) AS before_raw",
+            """parse_json('{"n": "' || id || '", "f": "1.5", "b": "true", "doc": "[1]"}') AS after""",
+            "cast(NULL AS binary) AS after_raw",
+            "0 AS _src",
+            "'open' AS _state",
+            "cast(NULL AS string) AS _error",
+            "cast(NULL AS string) AS _node",
+            "cast(array() AS array<int>) AS _piece",
+        )
+        .withColumn("_seq", F.monotonically_increasing_id())
+    )
+
+
 def test_processor_chain_plan_grows_linearly_under_state_filters(spark, tmp_path):
     """The engine filters on ``_state`` above the processors (open records per destination, nacked ones
     for the DLQ). Spark pushes such a filter through projections, inlining their expressions; each
     processor's columns name the previous ones several times, so without a barrier the plan grew several
     times per processor: eight processors that can nack ran the driver out of memory."""
-    from pyspark.sql import functions as F
 
     from airflow_conduit.config import load_pipeline_text
     from airflow_conduit.engine.processors import apply_all
@@ -634,26 +659,7 @@ pipelines:
         str(tmp_path / "p.yaml"),
     )
     processors = loaded.pipelines[0].processors
-    # A batch as the engine sees it (not an empty relation, which the optimizer would fold away).
-    batch = (
-        spark.range(3)
-        .selectExpr(
-            "cast(cast(id as string) as binary) AS position",
-            "'create' AS operation",
-            "map('k', cast(id as string)) AS metadata",
-            "cast(NULL AS variant) AS key",
-            "cast(cast(id as string) as binary) AS key_raw",
-            "cast(NULL AS variant) AS before",
-            "cast(NULL AS binary) AS before_raw",
-            """parse_json('{"n": "' || id || '", "f": "1.5", "b": "true", "doc": "[1]"}') AS after""",
-            "cast(NULL AS binary) AS after_raw",
-            "0 AS _src",
-            "'open' AS _state",
-            "cast(NULL AS string) AS _error",
-            "cast(NULL AS string) AS _node",
-        )
-        .withColumn("_seq", F.monotonically_increasing_id())
-    )
+    batch = _three_records(spark)
 
     def plan_size(count: int) -> int:
         nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
@@ -669,6 +675,45 @@ pipelines:
     assert [json.loads(r.after) for r in rows] == [
         {"n": i, "f": 1.5, "b": True, "doc": [1], "x": "v"} for i in range(3)
     ]
+
+
+def test_python_processor_chain_plan_grows_linearly(spark, tmp_path):
+    """Processors that run Python per record, with conditions that run Python too: each mapper is a
+    barrier to Spark's optimizer (as ``mapInArrow`` was), so the plan grows with the chain. Without it
+    (a deterministic Arrow UDF) this chain kept the optimizer busy for minutes."""
+    from airflow_conduit.config import load_pipeline_text
+    from airflow_conduit.engine.processors import apply_all
+
+    loaded = load_pipeline_text(
+        """
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {id: src, type: source, plugin: builtin:file, settings: {path: /nonexistent}}
+      - {id: out, type: destination, plugin: builtin:file, settings: {path: /nonexistent-out}}
+    processors:
+      - {id: enc, plugin: base64.encode, settings: {field: .Payload.After.n}}
+      - {id: copy, plugin: field.set, settings: {field: .Metadata.encoded, value: '{{ .Payload.After.n }}'}}
+      - {id: dec, plugin: base64.decode, settings: {field: .Payload.After.n}}
+      - {id: fill, plugin: field.set, condition: '{{ eq (toString .Position) "1" }}', settings: {field: .Metadata.b64, value: '!!'}}
+      - {id: bad, plugin: base64.decode, condition: '{{ eq (toString .Position) "1" }}', settings: {field: .Metadata.b64}}
+""",
+        str(tmp_path / "p.yaml"),
+    )
+    processors = loaded.pipelines[0].processors
+    batch = _three_records(spark)
+
+    def plan_size(count: int) -> int:
+        nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
+        return len(nacked._jdf.queryExecution().optimizedPlan().toString())
+
+    # Measured 1,066, 2,810, 4,954, 7,050 and 11,428 characters for one to five processors.
+    one, five = plan_size(1), plan_size(5)
+    assert five < 3 * 5 * one, (one, five)
+    rows = apply_all(batch, processors).orderBy("_seq").selectExpr("_state", "_node", "metadata").collect()
+    assert [(r._state, r._node) for r in rows] == [("open", None), ("nacked", "p:bad"), ("open", None)]
+    assert [r.metadata["encoded"] for r in rows] == ["MA==", "MQ==", "Mg=="]
 
 
 def test_setting_a_field_is_what_the_object_as_a_map_with_the_field_concatenated_gives(spark):
