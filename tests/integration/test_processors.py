@@ -632,38 +632,59 @@ def _three_records(spark):
     )
 
 
+def _processors(tmp_path, processors_yaml: str):
+    """The processors of a pipeline whose ``processors:`` list is ``processors_yaml``."""
+    from airflow_conduit.config import load_pipeline_text
+
+    loaded = load_pipeline_text(
+        f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: src, type: source, plugin: builtin:file, settings: {{path: /nonexistent}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: /nonexistent-out}}}}
+    processors:
+{processors_yaml}""",
+        str(tmp_path / "p.yaml"),
+    )
+    return loaded.pipelines[0].processors
+
+
+def _chain(spark, tmp_path, processors_yaml: str):
+    """The processors of :func:`_processors`, :func:`_three_records`, and the size of the optimized plan
+    that reads the nacked records after the first ``count`` processors."""
+    from airflow_conduit.engine.processors import apply_all
+
+    processors = _processors(tmp_path, processors_yaml)
+    batch = _three_records(spark)
+
+    def plan_size(count: int) -> int:
+        nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
+        return len(nacked._jdf.queryExecution().optimizedPlan().toString())
+
+    return processors, batch, plan_size
+
+
 def test_processor_chain_plan_grows_linearly_under_state_filters(spark, tmp_path):
     """The engine filters on ``_state`` above the processors (open records per destination, nacked ones
     for the DLQ). Spark pushes such a filter through projections, inlining their expressions; each
     processor's columns name the previous ones several times, so without a barrier the plan grew several
     times per processor: eight processors that can nack ran the driver out of memory."""
 
-    from airflow_conduit.config import load_pipeline_text
     from airflow_conduit.engine.processors import apply_all
 
-    loaded = load_pipeline_text(
+    processors, batch, plan_size = _chain(
+        spark,
+        tmp_path,
         """
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {id: src, type: source, plugin: builtin:file, settings: {path: /nonexistent}}
-      - {id: out, type: destination, plugin: builtin:file, settings: {path: /nonexistent-out}}
-    processors:
       - {id: c1, plugin: field.convert, settings: {field: .Payload.After.n, type: int}}
       - {id: c2, plugin: field.convert, settings: {field: .Payload.After.f, type: float}}
       - {id: c3, plugin: field.convert, settings: {field: .Payload.After.b, type: bool}}
       - {id: d1, plugin: json.decode, settings: {field: .Payload.After.doc}}
       - {id: s1, plugin: field.set, settings: {field: .Payload.After.x, value: v}}
 """,
-        str(tmp_path / "p.yaml"),
     )
-    processors = loaded.pipelines[0].processors
-    batch = _three_records(spark)
-
-    def plan_size(count: int) -> int:
-        nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
-        return len(nacked._jdf.queryExecution().optimizedPlan().toString())
 
     one, five = plan_size(1), plan_size(5)
     assert five < 2 * 5 * one, (one, five)
@@ -681,32 +702,19 @@ def test_python_processor_chain_plan_grows_linearly(spark, tmp_path):
     """Processors that run Python per record, with conditions that run Python too: each mapper is a
     barrier to Spark's optimizer (as ``mapInArrow`` was), so the plan grows with the chain. Without it
     (a deterministic Arrow UDF) this chain kept the optimizer busy for minutes."""
-    from airflow_conduit.config import load_pipeline_text
     from airflow_conduit.engine.processors import apply_all
 
-    loaded = load_pipeline_text(
+    processors, batch, plan_size = _chain(
+        spark,
+        tmp_path,
         """
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {id: src, type: source, plugin: builtin:file, settings: {path: /nonexistent}}
-      - {id: out, type: destination, plugin: builtin:file, settings: {path: /nonexistent-out}}
-    processors:
       - {id: enc, plugin: base64.encode, settings: {field: .Payload.After.n}}
       - {id: copy, plugin: field.set, settings: {field: .Metadata.encoded, value: '{{ .Payload.After.n }}'}}
       - {id: dec, plugin: base64.decode, settings: {field: .Payload.After.n}}
       - {id: fill, plugin: field.set, condition: '{{ eq (toString .Position) "1" }}', settings: {field: .Metadata.b64, value: '!!'}}
       - {id: bad, plugin: base64.decode, condition: '{{ eq (toString .Position) "1" }}', settings: {field: .Metadata.b64}}
 """,
-        str(tmp_path / "p.yaml"),
     )
-    processors = loaded.pipelines[0].processors
-    batch = _three_records(spark)
-
-    def plan_size(count: int) -> int:
-        nacked = apply_all(batch, processors[:count]).filter("_state = 'nacked'").select("_seq", "_error")
-        return len(nacked._jdf.queryExecution().optimizedPlan().toString())
 
     # Measured 1,066, 2,810, 4,954, 7,050 and 11,428 characters for one to five processors.
     one, five = plan_size(1), plan_size(5)
@@ -779,26 +787,14 @@ def test_custom_python_keeps_what_it_does_not_change_as_spark_held_it(spark, tmp
     nacked row's error and node, a split record's pieces, negative and extreme numbers), and its fields
     to the byte (a decimal stays a decimal, not the double its JSON text would parse to), whatever the
     function saw. Spark keeps each row beside the mapper; only the mapper's output comes back."""
-    from airflow_conduit.config import load_pipeline_text
     from airflow_conduit.engine.processors import apply
 
     write_module(tmp_path / "udf", "udf_keep", UDF_IDENTITY)
-    (proc,) = (
-        load_pipeline_text(
-            f"""
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {{id: src, type: source, plugin: builtin:file, settings: {{path: /nonexistent}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: /nonexistent-out}}}}
-    processors:
+    (proc,) = _processors(
+        tmp_path,
+        f"""
       - {{id: py, plugin: custom.python, settings: {{function: "udf_keep:identity", path: "{tmp_path / "udf"}"}}}}
 """,
-            str(tmp_path / "p.yaml"),
-        )
-        .pipelines[0]
-        .processors
     )
     rows = spark.sql(
         """
