@@ -1,6 +1,6 @@
 """A trivial ``custom.javascript`` processor against the same in ``custom.python``, in one process.
 
-Both run the executors' side of the engine (the function ``mapInArrow`` calls) on the same Arrow
+Both run the executors' side of the engine (the function Spark's Arrow UDF calls) on the same Arrow
 batches of generated records: JSON text in ``after_json``, as Spark hands them over. Spark's share (the
 ``VARIANT`` to JSON text and back, the Arrow transfer) is the same for both and is left out, so the
 ratio is that of the processors themselves. Rounds alternate; medians are printed.
