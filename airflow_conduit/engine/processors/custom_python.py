@@ -490,7 +490,7 @@ def map_records(
     The mapper runs as a scalar Arrow UDF, not ``mapInArrow``: Spark sends it only the columns it
     reads and keeps each row beside it in the JVM (``ArrowEvalPythonExec``), so the record's place,
     state and ``VARIANT`` fields never cross to Python and back. Against ``mapInArrow`` with those in
-    one packed column, 1M records through a pass-through took 5.8-7.5 s against 6.8-8.7 s (2
+    one packed column, 1M records through a pass-through took 5.8-7.3 s against 6.5-8.6 s (3
     alternating processes, 2 rounds each). The UDF is marked non-deterministic, a barrier to Spark's
     optimizer as ``mapInArrow`` is (:func:`._memo.planned_deterministic`)."""
     from pyspark.sql.functions import arrow_udf
