@@ -501,8 +501,8 @@ def map_records(
         F.expr(active_sql(proc)),
         F.col("_seq"),
     ]
-    output = ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
-    output_type = "struct<" + ", ".join(c.replace(" ", ": ", 1) for c in output.split(", ")) + ">"
+    # A column list is the DDL of a struct to Spark: the UDF returns one value, the struct of them.
+    output_type = ARROW_OUTPUT_SCHEMA + "".join(f", {c} {t}" for c, t in extra.items())
     # pyspark's stubs know an iterator UDF only by its functionType, which warns at run time: its kind
     # comes from _on_arrays' type hints instead.
     udf = arrow_udf(_on_arrays(memoized(mapper, proc.node_id)), returnType=output_type)  # type: ignore[call-overload]
