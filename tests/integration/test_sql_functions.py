@@ -11,8 +11,10 @@ import pytest
 
 from airflow_conduit.engine import sql_functions
 from airflow_conduit.record import (
+    GO_JSON_FUNCTION,
     JSON_MAP_FUNCTION,
     MAP_JSON_FUNCTION,
+    OPENCDC_LINE_FUNCTION,
     TRY_PARSE_JSON_FUNCTION,
     VARIANT_JSON_FUNCTION,
 )
@@ -132,6 +134,39 @@ def _try_parse_json_cases() -> list[bytes]:
     cases = [t.encode() for t in texts]
     cases += [b'"\xff\xfe not utf-8"', b'{"\xc3": 1}', b'"\xe2\x82"', b'"\xed\xa0\x80"', b"\xef\xbb\xbf{}"]
     return cases
+
+
+def test_text_functions_called_twice_in_a_row_give_each_call_its_own_text(spark):
+    """The text functions write into one buffer per thread, reused row after row: each call's string
+    must be a copy of its own, or the second call in one row (both evaluated before the row is
+    written) overwrites the first's. The first text is the longer, so a shared buffer would show the
+    second's bytes with the first's tail. The values come from a row (``id``), so none is folded into a
+    constant while the query is planned."""
+    long_map, short_map = "map('a', repeat('x', 600 + id), 'b', 'y')", "map('c', cast(id AS string))"
+    long_json, short_json = f"parse_json(to_json({long_map}))", "parse_json(to_json(array(id + 1, 2)))"
+    nothing = "CAST(NULL AS VARIANT), CAST(NULL AS BINARY)"
+    line = f"{{f}}(cast('p' AS binary), 'create', {{m}}, {nothing}, {nothing}, {{v}}, CAST(NULL AS BINARY))"
+    [row] = spark.sql(
+        "SELECT "
+        + ", ".join(
+            (
+                f"{MAP_JSON_FUNCTION}({long_map}) AS map1, {MAP_JSON_FUNCTION}({short_map}) AS map2",
+                f"{VARIANT_JSON_FUNCTION}({long_json}) AS json1",
+                f"{VARIANT_JSON_FUNCTION}({short_json}) AS json2",
+                f"{GO_JSON_FUNCTION}({long_json}, false) AS go1",
+                f"{GO_JSON_FUNCTION}({short_json}, false) AS go2",
+                line.format(f=OPENCDC_LINE_FUNCTION, m=long_map, v=long_json) + " AS line1",
+                line.format(f=OPENCDC_LINE_FUNCTION, m=short_map, v=short_json) + " AS line2",
+                f"to_json({long_map}) AS map_expected",
+            )
+        )
+        + " FROM range(1)"
+    ).collect()
+    assert row.map1 == row.map_expected and json.loads(row.map2) == {"c": "0"}
+    assert json.loads(row.json1) == json.loads(row.map_expected) and row.json2 == "[1,2]"
+    assert json.loads(row.go1) == json.loads(row.map_expected) and row.go2 == "[1,2]"
+    assert json.loads(row.line1)["metadata"] == json.loads(row.map_expected)
+    assert json.loads(row.line2)["payload"]["after"] == [1, 2]
 
 
 def test_try_parse_json_of_bytes_is_spark_s_try_parse_json_to_the_byte(spark):

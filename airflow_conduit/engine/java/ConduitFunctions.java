@@ -58,9 +58,9 @@ public final class ConduitFunctions {
       if (value == null) return null;
       VariantVal variant = (VariantVal) value;
       byte[] data = variant.getValue();
-      Text out = new Text(2 * (data.length + variant.getMetadata().length) + 16);
+      Text out = Text.scratch();
       write(data, variant.getMetadata(), 0, out);
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
+      return out.string();
     }
 
     /** The value at pos, laid out as the Variant binary format says (its header byte: the basic type
@@ -300,11 +300,38 @@ public final class ConduitFunctions {
 
   /** A growing buffer of bytes (ByteArrayOutputStream's methods are synchronized). */
   static final class Text {
+    /** Each task thread's buffer for the text a function writes row after row: a buffer of its own per
+     * row, regrown while the row's text is written, was a fifth of the bytes the driver allocated
+     * (the collector's work) for a pipeline writing OpenCDC lines. */
+    private static final ThreadLocal SCRATCH =
+        new ThreadLocal() {
+          protected Object initialValue() {
+            return new Text(512);
+          }
+        };
+    /** A scratch buffer grown past this for a large row is let go after it (not kept per thread). */
+    private static final int KEPT_CAPACITY = 1 << 20;
+
     byte[] bytes;
     int size;
 
     Text(int capacity) {
       bytes = new byte[capacity];
+    }
+
+    /** This thread's scratch buffer, empty. A function takes it once per call and leaves with
+     * {@link #string()}: nothing it calls takes it again. */
+    static Text scratch() {
+      Text text = (Text) SCRATCH.get();
+      text.size = 0;
+      return text;
+    }
+
+    /** The text written so far, as a string of its own (the buffer is written again next row). */
+    org.apache.spark.unsafe.types.UTF8String string() {
+      byte[] copy = java.util.Arrays.copyOf(bytes, size);
+      if (bytes.length > KEPT_CAPACITY) bytes = new byte[512];
+      return org.apache.spark.unsafe.types.UTF8String.fromBytes(copy);
     }
 
     void put(byte b) {
@@ -567,9 +594,9 @@ public final class ConduitFunctions {
   public static final class MapJson {
     public static org.apache.spark.unsafe.types.UTF8String write(
         org.apache.spark.sql.catalyst.util.MapData map) {
-      Text out = new Text(64 * map.numElements() + 2);
+      Text out = Text.scratch();
       write(map, out);
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
+      return out.string();
     }
 
     static void write(org.apache.spark.sql.catalyst.util.MapData map, Text out) {
@@ -649,7 +676,7 @@ public final class ConduitFunctions {
         org.apache.spark.unsafe.types.UTF8String operation,
         org.apache.spark.sql.catalyst.util.MapData metadata, VariantVal key, byte[] keyRaw,
         VariantVal before, byte[] beforeRaw, VariantVal after, byte[] afterRaw) {
-      Text out = new Text(256);
+      Text out = Text.scratch();
       out.ascii("{\"position\":");
       if (position == null) {
         out.ascii("null");
@@ -675,7 +702,7 @@ public final class ConduitFunctions {
       out.ascii(",\"after\":");
       data(after, afterRaw, out);
       out.ascii("}}");
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
+      return out.string();
     }
 
     /** A data field as OpenCDC JSON writes it: structured data as its JSON, raw data as a string of
@@ -872,9 +899,9 @@ public final class ConduitFunctions {
       if (value == null) return null;
       VariantVal variant = (VariantVal) value;
       byte[] data = variant.getValue();
-      Text out = new Text(2 * data.length + 16);
+      Text out = Text.scratch();
       write(data, variant.getMetadata(), 0, Boolean.TRUE.equals(escapeHtml), out);
-      return org.apache.spark.unsafe.types.UTF8String.fromBytes(out.bytes, 0, out.size);
+      return out.string();
     }
 
     private static void write(byte[] value, byte[] metadata, int pos, boolean html, Text out) {
