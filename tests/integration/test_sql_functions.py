@@ -169,6 +169,33 @@ def test_text_functions_called_twice_in_a_row_give_each_call_its_own_text(spark)
     assert json.loads(row.line2)["payload"]["after"] == [1, 2]
 
 
+def test_map_json_of_rows_that_share_or_change_their_map_is_each_row_s_own(spark):
+    """The map functions keep the last map's text per thread and compare the next row's map with it:
+    runs of the same map, maps of the same size that differ by one byte, and a null between them each
+    get their own text, in the function and in the OpenCDC line."""
+    values = ["x1", "x1", "x1", "x2", "x2", None, "x1", "y1", "é1", "é1"]
+    frame = spark.createDataFrame(
+        [(i, {"a": v, "b": "same"} if v else None) for i, v in enumerate(values)],
+        "i int, m map<string,string>",
+    ).repartition(1)
+    nothing = "CAST(NULL AS VARIANT), CAST(NULL AS BINARY)"
+    rows = (
+        frame.sortWithinPartitions("i")
+        .selectExpr(
+            "i",
+            f"{MAP_JSON_FUNCTION}(m) AS text",
+            f"{OPENCDC_LINE_FUNCTION}(cast('p' AS binary), 'create', m, {nothing}, {nothing}, {nothing}) AS line",
+            "to_json(m) AS expected",
+        )
+        .collect()
+    )
+    assert len(rows) == len(values)
+    for row in rows:
+        assert row.text == row.expected, row.i
+        metadata = json.loads(row.line)["metadata"]
+        assert metadata == (None if row.expected is None else json.loads(row.expected)), row.i
+
+
 def test_try_parse_json_of_bytes_is_spark_s_try_parse_json_to_the_byte(spark):
     """``conduit_try_parse_json`` gives the very variant (value and metadata bytes) Spark's
     ``try_parse_json`` gives for the same bytes as text, or NULL where that is NULL, whether its own
