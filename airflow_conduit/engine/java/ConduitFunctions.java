@@ -98,7 +98,7 @@ public final class ConduitFunctions {
       } else if (info == 2) {
         out.ascii("false");
       } else if (info >= 3 && info <= 6) {  // integers of 1, 2, 4 and 8 bytes
-        out.ascii(Long.toString(VariantUtil.getLong(value, pos)));
+        out.number(VariantUtil.getLong(value, pos));
       } else if (info == 8 || info == 9) {  // decimals of 4 and 8 bytes
         decimal(value, pos, info == 8 ? 4 : 8, out);
       } else if (info == 10) {  // of 16 bytes
@@ -126,23 +126,9 @@ public final class ConduitFunctions {
       StrippedDecimal decimal = new StrippedDecimal(value, pos, bytes);
       long unscaled = decimal.unscaled;
       int scale = decimal.scale;
-      if (scale == 0) {
-        out.ascii(Long.toString(unscaled));
-        return;
-      }
       // At most 18 digits (a decimal of 8 bytes), so the magnitude fits a long.
-      String digits = Long.toString(Math.abs(unscaled));
       if (unscaled < 0) out.put((byte) '-');
-      int whole = digits.length() - scale;
-      if (whole <= 0) {
-        out.ascii("0.");
-        for (int k = whole; k < 0; k++) out.put((byte) '0');
-        out.ascii(digits);
-      } else {
-        out.ascii(digits.substring(0, whole));
-        out.put((byte) '.');
-        out.ascii(digits.substring(whole));
-      }
+      out.decimal(Math.abs(unscaled), scale);
     }
 
     /** A JSON string of UTF-8 bytes with Jackson's default escapes: the quote, the backslash and the
@@ -368,6 +354,48 @@ public final class ConduitFunctions {
         put(hex[c >> 4]);
         put(hex[c & 15]);
       }
+    }
+
+    /** A long's decimal digits, as Long.toString writes them (without making a String). */
+    void number(long value) {
+      if (value == Long.MIN_VALUE) {
+        ascii(Long.toString(value));
+        return;
+      }
+      if (value < 0) {
+        put((byte) '-');
+        value = -value;
+      }
+      decimal(value, 0);
+    }
+
+    /** The digits of a magnitude (not negative) with a point before its last scale digits: 0.0ddd
+     * when it has no more digits than that, no point when scale is 0. */
+    void decimal(long magnitude, int scale) {
+      int count = 1;
+      for (long rest = magnitude; rest >= 10; rest /= 10) count++;
+      int whole = count - scale;
+      if (whole <= 0) {
+        ascii("0.");
+        for (int k = whole; k < 0; k++) put((byte) '0');
+        scale = 0;
+      }
+      int length = scale > 0 ? count + 1 : count;
+      if (size + length > bytes.length) {
+        bytes = java.util.Arrays.copyOf(bytes, Math.max(bytes.length * 2, size + length) + 16);
+      }
+      int end = size + length;
+      int i = end;
+      for (int k = 0; k < scale; k++) {
+        bytes[--i] = (byte) ('0' + magnitude % 10);
+        magnitude /= 10;
+      }
+      if (scale > 0) bytes[--i] = (byte) '.';
+      do {
+        bytes[--i] = (byte) ('0' + magnitude % 10);
+        magnitude /= 10;
+      } while (i > size);
+      size = end;
     }
 
     void ascii(String text) {
@@ -1007,7 +1035,7 @@ public final class ConduitFunctions {
       } else if (info == 2) {
         out.ascii("false");
       } else if (info >= 3 && info <= 6) {
-        out.ascii(Long.toString(VariantUtil.getLong(value, pos)));
+        out.number(VariantUtil.getLong(value, pos));
       } else if (info == 7 && isFinite(VariantUtil.getDouble(value, pos))) {
         goFloat(VariantUtil.getDouble(value, pos), out);
       } else if (info == 8 || info == 9) {
