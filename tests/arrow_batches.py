@@ -45,7 +45,7 @@ def resolved(output: pa.RecordBatch, rows: list[dict[str, Any]]) -> list[dict[st
         record = {name: out[name] for name in SCHEMA.names if name not in ("_active", "_seq")}
         for field, bit in KEPT_BITS.items():
             if out["_kept"] & bit:
-                name = "metadata" if field == "metadata" else f"{field}_json"
+                name = field if field in ("position", "operation", "metadata") else f"{field}_json"
                 record[name] = given[name]
         marked = out["_state"] is not None
         record |= {name: given[name] for name in STATE_COLUMNS}

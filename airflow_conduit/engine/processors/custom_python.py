@@ -57,10 +57,11 @@ ARROW_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _active boolean, _seq bigint"
 """The batches a mapper gets (``_seq`` names the partition for :mod:`._memo`)."""
 ARROW_OUTPUT_SCHEMA = f"{_RECORD_TEXT_SCHEMA}, _state string, _error string, _node string, _kept int"
 """The batches a mapper yields: ``_state``, ``_error`` and ``_node`` set where it marked the record (else
-null: the record's own), ``_kept`` the fields it gave back unchanged (:data:`KEPT_BITS`; their text is
-null)."""
-KEPT_BITS = {"metadata": 1, "key": 2, "before": 4, "after": 8}
-"""A mapper's ``_kept``: each bit says that field is as it came (the engine keeps the one it had)."""
+null: the record's own), ``_kept`` the fields it gave back unchanged (:data:`KEPT_BITS`; their text, or
+their position or operation, is null)."""
+KEPT_BITS = {"metadata": 1, "key": 2, "before": 4, "after": 8, "position": 16, "operation": 32}
+"""A mapper's ``_kept``: each bit says that field is as it came (the engine keeps the one it had, and
+the mapper sends none back)."""
 _ALL_KEPT = sum(KEPT_BITS.values())
 _ARROW_TYPES = {
     "binary": pa.binary(),
@@ -295,7 +296,7 @@ class ArrowRecords:
 
         def keep_all(i: int) -> None:  # a record the function did not change: kept whole
             kept[i] = _ALL_KEPT
-            metadatas[i] = key_json[i] = before_json[i] = after_json[i] = None
+            positions[i] = operations[i] = metadatas[i] = key_json[i] = before_json[i] = after_json[i] = None
 
         for i, on in enumerate(active):
             if not on:
@@ -328,16 +329,28 @@ class ArrowRecords:
                 keep_all(i)
                 continue
             get = result.get
-            position = get("position", positions[i])
-            positions[i] = position.encode() if type(position) is str else position
-            operations[i] = get("operation", operations[i])
+            # The place and the operation as they came (mostly the very objects) are kept: none sent.
+            position = positions[i]
+            returned = get("position", position)
+            if returned is position or returned == position:
+                positions[i] = None
+                bits = 16
+            else:
+                positions[i] = returned.encode() if type(returned) is str else returned
+                bits = 0
+            operation = operations[i]
+            returned = get("operation", operation)
+            if returned is operation or returned == operation:
+                operations[i] = None
+                bits |= 32
+            else:
+                operations[i] = returned
             returned_metadata = get("metadata") or {}
             if returned_metadata != (metadata or {}):
                 metadatas[i] = returned_metadata  # keys and values through str in to_batch
-                bits = 0
             else:
                 metadatas[i] = None
-                bits = 1
+                bits |= 1
             # A field whose new text is the text it came as is kept (its bit set, its text null); raw
             # data given back as the very bytes it came as stays in its column. The common cases inline
             # (a null field, a dict): a call per field costs more than its work.
@@ -400,8 +413,10 @@ class ArrowRecords:
 
 
 _NO_PAYLOAD: Mapping[str, Any] = {}
-_DATA = frozenset(("metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw"))))
-_SENT_BACK_AS_IS = ("position", "operation", *(f"{n}_raw" for n in DATA_FIELDS))
+_DATA = frozenset(
+    ("position", "operation", "metadata", *(f"{n}_{k}" for n in DATA_FIELDS for k in ("json", "raw")))
+)
+_SENT_BACK_AS_IS = tuple(f"{n}_raw" for n in DATA_FIELDS)
 """A mapper's columns that usually go back as they came: set per row, rebuilt only if a row changed."""
 _MARKED = ("_state", "_error", "_node")
 _OUTPUT_ONLY: dict[str, Any] = {**dict.fromkeys(_MARKED), "_kept": 0}
@@ -538,7 +553,9 @@ def _restored() -> list[Column]:
         return f"CASE WHEN {out}._kept & {KEPT_BITS[field]} != 0 THEN {field} ELSE {given} END"
 
     columns = {column: column for column in (*RECORD_COLUMNS, *INTERNAL_COLUMNS)}
-    for column in ("position", "operation", *(f"{field}_raw" for field in DATA_FIELDS)):
+    for column in ("position", "operation"):
+        columns[column] = kept(column, f"{out}.{column}")
+    for column in (f"{field}_raw" for field in DATA_FIELDS):
         columns[column] = f"{out}.{column}"
     # Text that is not JSON (json.dumps, for what orjson refuses, writes a NaN as NaN) still fails the
     # batch in Spark's parse_json, as it did before the engine's faster reader.
