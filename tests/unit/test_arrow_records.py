@@ -3,6 +3,7 @@ only the columns a function changed are rebuilt."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import subprocess
 import sys
@@ -205,3 +206,17 @@ def test_maps_convert_without_importing_pandas() -> None:
     )
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_the_cyclic_collector_is_off_while_a_batch_is_mapped_and_on_after(tmp_path: Path) -> None:
+    """The mapper pauses Python's cyclic collector for a batch (its dicts hold no cycles) and turns it
+    back on after, also when the function stops the pipeline by raising past the mapper."""
+    body = "seen.append(__import__('gc').isenabled())\n    if record['position'] == b'f:12': raise SystemExit(3)\n    return record"
+    module = f"arrow_records_fn_{next(_names)}"
+    (tmp_path / f"{module}.py").write_text(f"seen = []\ndef process(record):\n    {body}\n")
+    mapper = make_mapper(f"{module}:process", str(tmp_path), "p:py")
+    assert gc.isenabled()
+    with pytest.raises(SystemExit):
+        list(mapper(iter([arrow_batches.arrow_batch(given())])))
+    assert gc.isenabled()
+    assert sys.modules[module].seen == [False, False, False]  # the fourth record is not active
