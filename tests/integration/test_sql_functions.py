@@ -130,6 +130,13 @@ def _try_parse_json_cases() -> list[bytes]:
         '"bad escape \\x"',
         '"short \\u12"',
         "NaN",
+        # Keys read again are the engine's kept strings: same hash, other bytes ("Aa", "BB"), escapes.
+        '{"Aa": 1}',
+        '{"BB": 2}',
+        '{"BB": 1, "Aa": 2, "id": 3}',
+        '{"a\\"b": 1, "a\\u0041": 2, "aB": 3, "é": 4, "id": 5}',
+        # Decimals of up to 18 digits are read from their digits, longer ones as text.
+        "[1234567890.12345678, -123456789012345.678, 123456789.0123456789, -0.00, -12.50, 0.05]",
     ]
     cases = [t.encode() for t in texts]
     cases += [b'"\xff\xfe not utf-8"', b'{"\xc3": 1}', b'"\xe2\x82"', b'"\xed\xa0\x80"', b"\xef\xbb\xbf{}"]

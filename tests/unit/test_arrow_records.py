@@ -220,3 +220,19 @@ def test_the_cyclic_collector_is_off_while_a_batch_is_mapped_and_on_after(tmp_pa
         list(mapper(iter([arrow_batches.arrow_batch(given())])))
     assert gc.isenabled()
     assert sys.modules[module].seen == [False, False, False]  # the fourth record is not active
+
+
+def test_values_orjson_refuses_are_written_as_the_json_module_writes_them(tmp_path: Path) -> None:
+    """Keys that are not strings, dates, and integers past 64 bits: the text json.dumps(default=str)
+    gives, whether in the after field (written inline) or in the key (written by a call)."""
+    body = (
+        "import datetime; when = datetime.date(2026, 12, 7); "
+        "record['payload']['after'] = {1: 'one', 'at': when, 'big': 2**70, 'n': {2.5: True}}; "
+        "record['key'] = {3: when}; return record"
+    )
+    out = mapped(tmp_path, body, given(ROWS[:1]))
+    assert (
+        out[0]["after_json"]
+        == '{"1": "one", "at": "2026-12-07", "big": 1180591620717411303424, "n": {"2.5": true}}'
+    )
+    assert out[0]["key_json"] == '{"3":"2026-12-07"}'

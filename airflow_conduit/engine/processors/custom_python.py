@@ -96,8 +96,10 @@ def load_function(reference: str, path: str | None) -> Callable[..., Any]:
 # orjson is several times faster than the json module both ways. It reads an integer beyond 64 bits as
 # a float and refuses to write one: text with 19 digits in a row, and values orjson cannot write, go
 # through the json module (exact). Dates and dataclasses go through ``str``, as with
-# json.dumps(default=str).
-_ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+# json.dumps(default=str). Keys that are not strings are written with OPT_NON_STR_KEYS only when a
+# value has them: the option makes every dict slower to write (0.21 against 0.14 µs a record).
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_ORJSON_ANY_KEYS = _ORJSON_OPTIONS | orjson.OPT_NON_STR_KEYS
 LONG_NUMBER = "[0-9]{19}"
 _LONG_NUMBER = re.compile(LONG_NUMBER)
 
@@ -105,6 +107,14 @@ _LONG_NUMBER = re.compile(LONG_NUMBER)
 def _dumps(value: Any) -> str:
     try:
         return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
+    except orjson.JSONEncodeError:
+        return _dumps_refused(value)
+
+
+def _dumps_refused(value: Any) -> str:
+    """What orjson refused with the common options: keys that are not strings, else the json module."""
+    try:
+        return orjson.dumps(value, default=str, option=_ORJSON_ANY_KEYS).decode()
     except orjson.JSONEncodeError:
         return json.dumps(value, default=str)
 
@@ -373,7 +383,7 @@ class ArrowRecords:
                 try:
                     text = dumps(after, default=str, option=_ORJSON_OPTIONS).decode()
                 except orjson.JSONEncodeError:
-                    text = json.dumps(after, default=str)
+                    text = _dumps_refused(after)
                 if text == after_json[i]:
                     after_json[i] = None
                     bits |= 8
