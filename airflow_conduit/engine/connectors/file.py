@@ -28,7 +28,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from airflow_conduit.batch_log import SourceLag
 from airflow_conduit.engine.arrow_arrays import int_array, string_array
@@ -346,8 +346,8 @@ RANGES_CLASS = "org.airflowconduit.ConduitFunctions$FileRanges"
 _RANGE_ROWS_JSON = StructType(
     [
         StructField("r", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("line", LongType()),
+        StructField("position", BinaryType()),
+        StructField("key_raw", BinaryType()),
         StructField("after_raw", BinaryType()),
     ]
 ).json()
@@ -376,7 +376,7 @@ def read_batch(
     """
     from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
 
-    from airflow_conduit.config.fieldref import sql_string, sql_string_map
+    from airflow_conduit.config.fieldref import sql_string_map
     from airflow_conduit.engine.frames import select_sql
     from airflow_conduit.engine.sql_functions import function_instance
 
@@ -384,7 +384,11 @@ def read_batch(
     if not ranges:
         return spark.createDataFrame([], SCHEMA)
     context: Any = spark.sparkContext
-    specs = [f"{i}\t{r.start}\t{r.end}\t{r.first_line}\t{r.path}" for i, r in enumerate(ranges)]
+    # The reader writes each position as "NAME:OFFSET" from the name's bytes (as hex: a name may hold a tab).
+    specs = [
+        f"{i}\t{r.start}\t{r.end}\t{r.first_line}\t{f'{r.name}:'.encode().hex()}\t{r.path}"
+        for i, r in enumerate(ranges)
+    ]
     lines = context._jsc.parallelize(specs, len(specs)).flatMap(function_instance(spark, RANGES_CLASS))
     jschema = spark._jsparkSession.parseDataType(_RANGE_ROWS_JSON)
     rows = ClassicDataFrame(spark._jsparkSession.internalCreateDataFrame(lines.rdd(), jschema, False), spark)
@@ -395,13 +399,12 @@ def read_batch(
     def metadata_map(path: str) -> str:
         return sql_string_map({META_FILE_PATH: path, **(metadata or {})})
 
-    names = per_range([sql_string(f"{r.name}:") for r in ranges])
     return select_sql(
         rows,
         [
-            f"CAST(concat({names}, CAST(offset AS STRING)) AS BINARY) AS position",
+            "position",
             f"{per_range([metadata_map(r.shown_path) for r in ranges])} AS metadata",
-            "CAST(CAST(line AS STRING) AS BINARY) AS key_raw",
+            "key_raw",
             "after_raw",
         ],
     )

@@ -33,7 +33,7 @@
  * element at a time, and each column it makes is a call or more of its own).
  *
  * FileRanges (airflow_conduit/engine/connectors/file.py): the builtin:file source's byte ranges of a
- * micro-batch, read into rows (range, offset, line number, line) on the executors, as the Python
+ * micro-batch, read into rows (range, position, key, line) on the executors, as the Python
  * stream reader reads them (lines end at a newline, a carriage return before it is not part of the
  * line), without Spark's Python data source and its Arrow round trip.
  */
@@ -284,17 +284,44 @@ public final class ConduitFunctions {
     }
   }
 
-  /** A growing buffer of bytes (ByteArrayOutputStream's methods are synchronized). */
-  static final class Text {
-    /** Each task thread's buffer for the text a function writes row after row: a buffer of its own per
-     * row, regrown while the row's text is written, was a fifth of the bytes the driver allocated
-     * (the collector's work) for a pipeline writing OpenCDC lines. */
-    private static final ThreadLocal SCRATCH =
+  /** What a task thread keeps from row to row: its scratch buffer for text (a buffer of its own per
+   * row, regrown while the row's text is written, was a fifth of the bytes the driver allocated for a
+   * pipeline writing OpenCDC lines) and the last maps it wrote. Looked up by the thread's id in a
+   * small table first: Spark's task threads hold many ThreadLocals, and lookups that missed their
+   * first slot were 2% of a custom.python pipeline's driver samples. A thread whose id shares a slot
+   * with another's gets its own from the ThreadLocal and takes the slot; an entry's owner is final,
+   * so no thread ever uses another's. */
+  static final class PerThread {
+    private static final PerThread[] SLOTS = new PerThread[16];
+    private static final ThreadLocal LOCAL =
         new ThreadLocal() {
           protected Object initialValue() {
-            return new Text(512);
+            return new PerThread(Thread.currentThread().getId());
           }
         };
+    final long thread;
+    final Text text = new Text(512);
+    final MapJson.Last mapAlone = new MapJson.Last();
+    final MapJson.Last mapInLine = new MapJson.Last();
+
+    private PerThread(long thread) {
+      this.thread = thread;
+    }
+
+    static PerThread current() {
+      long id = Thread.currentThread().getId();
+      int slot = (int) (id & 15);
+      PerThread state = SLOTS[slot];
+      if (state == null || state.thread != id) {
+        state = (PerThread) LOCAL.get();
+        SLOTS[slot] = state;
+      }
+      return state;
+    }
+  }
+
+  /** A growing buffer of bytes (ByteArrayOutputStream's methods are synchronized). */
+  static final class Text {
     /** A scratch buffer grown past this for a large row is let go after it (not kept per thread). */
     private static final int KEPT_CAPACITY = 1 << 20;
 
@@ -308,7 +335,7 @@ public final class ConduitFunctions {
     /** This thread's scratch buffer, empty. A function takes it once per call and leaves with
      * {@link #string()}: nothing it calls takes it again. */
     static Text scratch() {
-      Text text = (Text) SCRATCH.get();
+      Text text = PerThread.current().text;
       text.size = 0;
       return text;
     }
@@ -641,13 +668,9 @@ public final class ConduitFunctions {
    * static method Spark's generated code calls with the map as Spark holds it (StaticInvoke, made by
    * MapJsonBuilder when the SQL names the function). */
   public static final class MapJson {
-    /** The last map each thread's conduit_map_json wrote, and the last its OpenCDC lines wrote. */
-    private static final ThreadLocal LAST_ALONE = Last.perThread();
-    private static final ThreadLocal LAST_IN_LINE = Last.perThread();
-
     public static org.apache.spark.unsafe.types.UTF8String write(
         org.apache.spark.sql.catalyst.util.MapData map) {
-      Last last = (Last) LAST_ALONE.get();
+      Last last = PerThread.current().mapAlone;
       if (!last.holds(map)) {
         Text out = Text.scratch();
         entries(map, out);
@@ -658,7 +681,7 @@ public final class ConduitFunctions {
 
     /** The map's text into out (an OpenCDC line's metadata). */
     static void write(org.apache.spark.sql.catalyst.util.MapData map, Text out) {
-      Last last = (Last) LAST_IN_LINE.get();
+      Last last = PerThread.current().mapInLine;
       if (!last.holds(map)) {
         int start = out.size;
         entries(map, out);
@@ -678,14 +701,6 @@ public final class ConduitFunctions {
     static final class Last {
       byte[] map;
       org.apache.spark.unsafe.types.UTF8String text;
-
-      static ThreadLocal perThread() {
-        return new ThreadLocal() {
-          protected Object initialValue() {
-            return new Last();
-          }
-        };
-      }
 
       /** Whether map is the one kept (only a map in Spark's binary layout is compared). */
       boolean holds(org.apache.spark.sql.catalyst.util.MapData map) {
@@ -1676,22 +1691,37 @@ public final class ConduitFunctions {
   }
 
   public static final class FileRanges implements org.apache.spark.api.java.function.FlatMapFunction {
-    /** spec: "RANGE\tSTART\tEND\tFIRST_LINE\tPATH"; the rows come as the iterator is read, a block
+    /** spec: "RANGE\tSTART\tEND\tFIRST_LINE\tHEX_OF_NAME:\tPATH"; the rows come as the iterator is read, a block
      * of 256 KB at a time (a line longer than the block grows it), so a task's memory stays the same
      * whatever the range's size. Not 4 MB: blocks that large go to the old generation, which then grew
      * with a dead block per task (the driver JVM of a local 1M-record run peaked at 709-741 MiB with
      * them, 433-448 with these). */
     public java.util.Iterator call(Object spec) throws Exception {
-      String[] f = ((String) spec).split("\t", 5);
-      return new Lines(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3]), f[4]);
+      String[] f = ((String) spec).split("\t", 6);
+      return new Lines(Integer.parseInt(f[0]), Long.parseLong(f[1]), Long.parseLong(f[2]), Long.parseLong(f[3]),
+          hex(f[4]), f[5]);
+    }
+
+    private static byte[] hex(String text) {
+      byte[] bytes = new byte[text.length() / 2];
+      for (int i = 0; i < bytes.length; i++) {
+        bytes[i] = (byte) Integer.parseInt(text.substring(2 * i, 2 * i + 2), 16);
+      }
+      return bytes;
     }
 
     /** One row written in place for every line (Spark copies each row it is given, so the next line
-     * may reuse it): no object per line. */
+     * may reuse it): no object per line. The row is (range, position, key, line): the position
+     * "NAME:BYTE_OFFSET" and the key (the line's number) written as digits here, where SQL's casts and
+     * concat made strings of them per row (3% of a file pipeline's driver samples). */
     static final class Lines implements java.util.Iterator {
       private final org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter row =
           new org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter(4, 256);
       private final int range;
+      /** The position's "NAME:" as UTF-8, then room for the offset's digits. */
+      private final byte[] position;
+      private final int prefix;
+      private final byte[] key = new byte[20];
       private final java.io.RandomAccessFile file;
       private long left;
       private long offset;
@@ -1703,8 +1733,11 @@ public final class ConduitFunctions {
       private Object pending;
       private boolean closed;
 
-      Lines(int range, long start, long end, long firstLine, String path) throws java.io.IOException {
+      Lines(int range, long start, long end, long firstLine, byte[] prefix, String path)
+          throws java.io.IOException {
         this.range = range;
+        this.prefix = prefix.length;
+        this.position = java.util.Arrays.copyOf(prefix, prefix.length + 20);
         this.file = new java.io.RandomAccessFile(path, "r");
         this.file.seek(start);
         this.left = end - start;
@@ -1733,8 +1766,9 @@ public final class ConduitFunctions {
                 row.reset();
                 row.zeroOutNullBytes();
                 row.write(0, range);
-                row.write(1, offset);
-                row.write(2, line);
+                int end = digits(offset, position, prefix);
+                row.write(1, position, 0, end);
+                row.write(2, key, 0, digits(line, key, 0));
                 row.write(3, buf, pos, stop - pos);
                 offset += i + 1 - pos;
                 line++;
@@ -1766,6 +1800,18 @@ public final class ConduitFunctions {
         } catch (java.io.IOException e) {
           throw new RuntimeException(e);
         }
+      }
+
+      /** A count's decimal digits (it is not negative) into to from at; where they end. */
+      private static int digits(long value, byte[] to, int at) {
+        int count = 1;
+        for (long rest = value; rest >= 10; rest /= 10) count++;
+        int end = at + count;
+        for (int i = end - 1; i >= at; i--) {
+          to[i] = (byte) ('0' + value % 10);
+          value /= 10;
+        }
+        return end;
       }
 
       private void close() throws java.io.IOException {
