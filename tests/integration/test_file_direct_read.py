@@ -37,7 +37,9 @@ def test_the_java_reader_reads_what_the_python_reader_reads(spark, tmp_path: Pat
     folder.mkdir()
     (folder / "a.jsonl").write_bytes("".join(line + "\n" for line in LINES).encode())
     # A name that is not ASCII, with a tab: each position starts with it as the Python reader writes it.
-    (folder / "b\t\u00e9.jsonl").write_bytes(b"".join(b'{"n": %d}\n' % i for i in range(5000)) + b'{"partial": ')
+    (folder / "b\t\u00e9.jsonl").write_bytes(
+        b"".join(b'{"n": %d}\n' % i for i in range(5000)) + b'{"partial": '
+    )
     settings = FileSourceSettings.model_validate({"path": str(folder), "maxRecordsPerBatch": 2000})
     ctx = SourceContext("src", "p:src", str(tmp_path / "stop"), 2)
     reader = file_source.stream_reader(settings, ctx)
