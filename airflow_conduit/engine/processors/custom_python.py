@@ -8,6 +8,7 @@ any other exception nacks the record with the error.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import inspect
@@ -452,6 +453,19 @@ def _cyclic_collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+@functools.cache
+def _freeze_what_the_worker_holds() -> None:
+    """Move every object the Python worker holds now (pyspark, pyarrow, the function's modules) out
+    of the cyclic collector's reach, once per worker process. Spark's worker runs a full collection
+    after each task; over those objects each took 14-19 ms, a tenth of a worker's samples while a 1M
+    record pass-through ran. Objects freed by their counts still go at once; only cycles among them
+    would stay (module state lives for the process anyway). Only in a Spark task's worker."""
+    from pyspark import TaskContext
+
+    if TaskContext.get() is not None:
+        gc.freeze()
+
+
 def _takes_context(function: Callable[..., Any]) -> bool:
     """Whether the function takes a second positional parameter (the batch context)."""
     try:
@@ -483,6 +497,7 @@ def make_mapper(
         # record would cost more than the record's work).
         map_batch = getattr(function, "map_batch", None) if settings is not None else None
         output = arrow_schema(output=True)
+        _freeze_what_the_worker_holds()
         for arrow_batch in batches:
             with _cyclic_collector_paused():
                 batch = ArrowRecords(arrow_batch)
