@@ -303,6 +303,7 @@ public final class ConduitFunctions {
     final Text text = new Text(512);
     final MapJson.Last mapAlone = new MapJson.Last();
     final MapJson.Last mapInLine = new MapJson.Last();
+    final Variants variants = new Variants();
 
     private PerThread(long thread) {
       this.thread = thread;
@@ -1291,13 +1292,14 @@ public final class ConduitFunctions {
         cache = new KeyCache();
         keys = cache;
       }
-      Variant parsed;
+      VariantVal parsed;
       try {
         parsed = new JsonBytes(json, cache).document();
       } catch (Exception e) {
-        parsed = null;  // a duplicate key, too large a value, ...: Spark's parser decides what it is
+        parsed = null;
       }
-      if (parsed != null) return new VariantVal(parsed.getValue(), parsed.getMetadata());
+      // Null for a duplicate key, too large a value, ...: Spark's parser decides what it is.
+      if (parsed != null) return parsed;
       org.apache.spark.sql.internal.SQLConf conf = org.apache.spark.sql.internal.SQLConf.get();
       boolean duplicateKeys = ((Boolean) conf.getConf(
           org.apache.spark.sql.internal.SQLConf.VARIANT_ALLOW_DUPLICATE_KEYS())).booleanValue();
@@ -1320,7 +1322,7 @@ public final class ConduitFunctions {
     private final byte[] b;
     private final int n;
     private int i;
-    private final VariantBuilder builder = new VariantBuilder(false);
+    private final Variants builder = PerThread.current().variants;
     private final KeyCache keys;
 
     JsonBytes(byte[] json, KeyCache keys) {
@@ -1329,7 +1331,8 @@ public final class ConduitFunctions {
       this.keys = keys;
     }
 
-    Variant document() {
+    VariantVal document() {
+      builder.reset();
       space();
       if (!value(0)) return null;
       space();
@@ -1346,6 +1349,12 @@ public final class ConduitFunctions {
       if (c == '{') return object(depth);
       if (c == '[') return array(depth);
       if (c == '"') {
+        int end = plainEnd();
+        if (end >= 0) {  // printable ASCII without escapes: its bytes are the string's UTF-8
+          builder.appendString(b, i + 1, end - i - 1);
+          i = end + 1;
+          return true;
+        }
         String text = string();
         if (text == null) return false;
         builder.appendString(text);
@@ -1375,8 +1384,8 @@ public final class ConduitFunctions {
     }
 
     private boolean object(int depth) {
-      java.util.ArrayList fields = new java.util.ArrayList();
       int start = builder.getWritePos();
+      int fields = builder.fieldCount();
       int more = opensEmpty((byte) '}') ? 0 : 1;
       while (more == 1) {
         space();
@@ -1388,29 +1397,26 @@ public final class ConduitFunctions {
         if (i >= n || b[i] != ':') return false;
         i++;
         space();
-        int id = builder.addKey(key);
-        fields.add(new VariantBuilder.FieldEntry(key, id, builder.getWritePos() - start));
+        builder.addField(key, start);
         if (!value(depth + 1)) return false;
         more = separator((byte) '}');
       }
       if (more < 0) return false;
-      builder.finishWritingObject(start, fields);
-      return true;
+      return builder.finishWritingObject(start, fields);
     }
 
     private boolean array(int depth) {
-      java.util.ArrayList offsets = new java.util.ArrayList();
       int start = builder.getWritePos();
+      int elements = builder.elementCount();
       int more = opensEmpty((byte) ']') ? 0 : 1;
       while (more == 1) {
         space();
-        offsets.add(Integer.valueOf(builder.getWritePos() - start));
+        builder.addElement(start);
         if (!value(depth + 1)) return false;
         more = separator((byte) ']');
       }
       if (more < 0) return false;
-      builder.finishWritingArray(start, offsets);
-      return true;
+      return builder.finishWritingArray(start, elements);
     }
 
     /** Takes the opening byte at i; whether the container is empty (its closing byte taken too). */
@@ -1435,6 +1441,17 @@ public final class ConduitFunctions {
       if (b[i] == close) {
         i++;
         return 0;
+      }
+      return -1;
+    }
+
+    /** Where the string at i (its opening quote) ends (its closing quote), when every byte before
+     * is printable ASCII and none a backslash; else -1. */
+    private int plainEnd() {
+      for (int k = i + 1; k < n; k++) {
+        byte c = b[k];
+        if (c == '"') return k;
+        if (c < 0x20 || c == '\\') return -1;  // a control character, an escape, or not ASCII
       }
       return -1;
     }
@@ -1551,8 +1568,325 @@ public final class ConduitFunctions {
         d = new java.math.BigDecimal(new String(b, start, i - start, ASCII));
       }
       if (d.scale() > 38 || d.precision() > 38) return false;
-      builder.appendDecimal(d);
+      return builder.appendDecimal(d);
+    }
+  }
+
+  /** Spark's VariantBuilder as conduit_try_parse_json calls it, giving the same bytes for the same
+   * calls: keys get ids in the order first added, an object's fields are listed by String.compareTo of
+   * their keys (their values stay where they were written), each size takes the fewest bytes. Its
+   * buffers stay with the thread (PerThread) from document to document: a VariantBuilder per
+   * document, its HashMap, lists, field entries and boxed offsets were a tenth of the bytes a file
+   * pipeline's driver allocated. A duplicate key or a value past Spark's size limit makes the
+   * document the caller's to give to Spark's own parser (false). */
+  static final class Variants {
+    private byte[] buf = new byte[256];
+    private int pos;
+    /** The dictionary: keys by id, their UTF-8 bytes and total size. */
+    private String[] keys = new String[16];
+    private byte[][] keyBytes = new byte[16][];
+    private int keyCount;
+    private long keySize;
+    private java.util.HashMap keyIds;
+    /** The fields of the objects being written (a stack): key, id, offset from the object's start. */
+    private String[] fieldKeys = new String[32];
+    private int[] fieldIds = new int[32];
+    private int[] fieldOffsets = new int[32];
+    private int fieldTop;
+    /** The offsets of the elements of the arrays being written (a stack). */
+    private int[] elementOffsets = new int[32];
+    private int elementTop;
+    /** Scratch for sorting one object's fields. */
+    private int[] order = new int[32];
+
+    void reset() {
+      pos = 0;
+      for (int k = 0; k < keyCount; k++) {
+        keys[k] = null;
+        keyBytes[k] = null;
+      }
+      keyCount = 0;
+      keySize = 0;
+      keyIds = null;
+      for (int f = 0; f < fieldTop; f++) fieldKeys[f] = null;
+      fieldTop = 0;
+      elementTop = 0;
+      if (buf.length > (1 << 20)) buf = new byte[256];  // a large document's buffer goes with it
+    }
+
+    int getWritePos() {
+      return pos;
+    }
+
+    int fieldCount() {
+      return fieldTop;
+    }
+
+    int elementCount() {
+      return elementTop;
+    }
+
+    private void room(int additional) {
+      int required = pos + additional;
+      if (required > buf.length) {
+        if (required > VariantUtil.SIZE_LIMIT) throw new IllegalStateException("over the size limit");
+        buf = java.util.Arrays.copyOf(buf, Math.max(required, buf.length * 2));
+      }
+    }
+
+    private void write(long value, int at, int bytes) {
+      for (int k = 0; k < bytes; k++) buf[at + k] = (byte) (value >>> (8 * k));
+    }
+
+    void appendString(String text) {
+      byte[] utf8 = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      appendString(utf8, 0, utf8.length);
+    }
+
+    void appendString(byte[] utf8, int from, int length) {
+      room(5 + length);
+      if (length > VariantUtil.MAX_SHORT_STR_SIZE) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.LONG_STR);
+        write(length, pos, 4);
+        pos += 4;
+      } else {
+        buf[pos++] = VariantUtil.shortStrHeader(length);
+      }
+      System.arraycopy(utf8, from, buf, pos, length);
+      pos += length;
+    }
+
+    void appendNull() {
+      room(1);
+      buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.NULL);
+    }
+
+    void appendBoolean(boolean value) {
+      room(1);
+      buf[pos++] = VariantUtil.primitiveHeader(value ? VariantUtil.TRUE : VariantUtil.FALSE);
+    }
+
+    void appendLong(long value) {
+      room(9);
+      int size;
+      if (value == (byte) value) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.INT1);
+        size = 1;
+      } else if (value == (short) value) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.INT2);
+        size = 2;
+      } else if (value == (int) value) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.INT4);
+        size = 4;
+      } else {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.INT8);
+        size = 8;
+      }
+      write(value, pos, size);
+      pos += size;
+    }
+
+    /** As VariantBuilder.appendDecimal: 4, 8 or 16 bytes by scale and precision (up to 38). */
+    boolean appendDecimal(java.math.BigDecimal d) {
+      room(18);
+      int scale = d.scale();
+      int precision = d.precision();
+      java.math.BigInteger unscaled = d.unscaledValue();
+      if (scale <= VariantUtil.MAX_DECIMAL4_PRECISION && precision <= VariantUtil.MAX_DECIMAL4_PRECISION) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.DECIMAL4);
+        buf[pos++] = (byte) scale;
+        write(unscaled.intValue(), pos, 4);
+        pos += 4;
+      } else if (scale <= VariantUtil.MAX_DECIMAL8_PRECISION
+          && precision <= VariantUtil.MAX_DECIMAL8_PRECISION) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.DECIMAL8);
+        buf[pos++] = (byte) scale;
+        write(unscaled.longValue(), pos, 8);
+        pos += 8;
+      } else if (scale <= VariantUtil.MAX_DECIMAL16_PRECISION
+          && precision <= VariantUtil.MAX_DECIMAL16_PRECISION) {
+        buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.DECIMAL16);
+        buf[pos++] = (byte) scale;
+        byte[] bigEndian = unscaled.toByteArray();
+        for (int k = 0; k < 16; k++) {
+          buf[pos + k] = k < bigEndian.length
+              ? bigEndian[bigEndian.length - 1 - k]
+              : (byte) (bigEndian[0] < 0 ? -1 : 0);
+        }
+        pos += 16;
+      } else {
+        return false;
+      }
       return true;
+    }
+
+    /** A field of the object that starts at start: its key's id (new keys in order), its offset. */
+    void addField(String key, int start) {
+      if (fieldTop == fieldIds.length) {
+        int size = fieldTop * 2;
+        fieldKeys = (String[]) java.util.Arrays.copyOf(fieldKeys, size);
+        fieldIds = java.util.Arrays.copyOf(fieldIds, size);
+        fieldOffsets = java.util.Arrays.copyOf(fieldOffsets, size);
+      }
+      fieldKeys[fieldTop] = key;
+      fieldIds[fieldTop] = addKey(key);
+      fieldOffsets[fieldTop++] = pos - start;
+    }
+
+    private int addKey(String key) {
+      if (keyIds != null) {
+        Integer known = (Integer) keyIds.get(key);
+        if (known != null) return known.intValue();
+      } else {
+        for (int k = 0; k < keyCount; k++) {
+          if (keys[k] == key || keys[k].equals(key)) return k;
+        }
+      }
+      if (keyCount == keys.length) {
+        keys = (String[]) java.util.Arrays.copyOf(keys, keyCount * 2);
+        keyBytes = (byte[][]) java.util.Arrays.copyOf(keyBytes, keyCount * 2);
+      }
+      byte[] utf8 = key.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      keys[keyCount] = key;
+      keyBytes[keyCount] = utf8;
+      keySize += utf8.length;
+      if (keyIds == null && keyCount == 32) {  // past a few dozen keys, a scan per key costs more
+        keyIds = new java.util.HashMap();
+        for (int k = 0; k < keyCount; k++) keyIds.put(keys[k], Integer.valueOf(k));
+      }
+      if (keyIds != null) keyIds.put(key, Integer.valueOf(keyCount));
+      return keyCount++;
+    }
+
+    void addElement(int start) {
+      if (elementTop == elementOffsets.length) {
+        elementOffsets = java.util.Arrays.copyOf(elementOffsets, elementTop * 2);
+      }
+      elementOffsets[elementTop++] = pos - start;
+    }
+
+    /** The object's header before its values, as VariantBuilder.finishWritingObject writes it; its
+     * fields are the ones added since first. False at a duplicate key. */
+    boolean finishWritingObject(int start, int first) {
+      int size = fieldTop - first;
+      if (order.length < size) order = new int[size];
+      for (int f = 0; f < size; f++) order[f] = first + f;
+      sortByKey(size);
+      int maxId = 0;
+      for (int f = 0; f < size; f++) {
+        maxId = Math.max(maxId, fieldIds[order[f]]);
+        if (f > 0 && fieldKeys[order[f]].equals(fieldKeys[order[f - 1]])) return false;
+      }
+      int dataSize = pos - start;
+      boolean large = size > VariantUtil.U8_MAX;
+      int sizeBytes = large ? 4 : 1;
+      int idSize = integerSize(maxId);
+      int offsetSize = integerSize(dataSize);
+      int headerSize = 1 + sizeBytes + size * idSize + (size + 1) * offsetSize;
+      room(headerSize);
+      System.arraycopy(buf, start, buf, start + headerSize, dataSize);
+      pos += headerSize;
+      buf[start] = VariantUtil.objectHeader(large, idSize, offsetSize);
+      write(size, start + 1, sizeBytes);
+      int idStart = start + 1 + sizeBytes;
+      int offsetStart = idStart + size * idSize;
+      for (int f = 0; f < size; f++) {
+        write(fieldIds[order[f]], idStart + f * idSize, idSize);
+        write(fieldOffsets[order[f]], offsetStart + f * offsetSize, offsetSize);
+      }
+      write(dataSize, offsetStart + size * offsetSize, offsetSize);
+      for (int f = first; f < fieldTop; f++) fieldKeys[f] = null;
+      fieldTop = first;
+      return true;
+    }
+
+    /** order[0..size) sorted by the fields' keys, as Collections.sort orders VariantBuilder's entries
+     * (equal keys stay in the order added: a stable sort). */
+    private void sortByKey(int size) {
+      if (size <= 32) {
+        for (int a = 1; a < size; a++) {
+          int field = order[a];
+          String key = fieldKeys[field];
+          int b = a - 1;
+          while (b >= 0 && fieldKeys[order[b]].compareTo(key) > 0) {
+            order[b + 1] = order[b];
+            b--;
+          }
+          order[b + 1] = field;
+        }
+        return;
+      }
+      FieldOrder[] sorted = new FieldOrder[size];
+      for (int f = 0; f < size; f++) sorted[f] = new FieldOrder(fieldKeys[order[f]], order[f]);
+      java.util.Arrays.sort(sorted);  // a stable merge sort of Comparable objects
+      for (int f = 0; f < size; f++) order[f] = sorted[f].field;
+    }
+
+    static final class FieldOrder implements Comparable {
+      final String key;
+      final int field;
+
+      FieldOrder(String key, int field) {
+        this.key = key;
+        this.field = field;
+      }
+
+      public int compareTo(Object other) {
+        return key.compareTo(((FieldOrder) other).key);
+      }
+    }
+
+    /** The array's header before its elements, as VariantBuilder.finishWritingArray writes it. */
+    boolean finishWritingArray(int start, int first) {
+      int size = elementTop - first;
+      int dataSize = pos - start;
+      boolean large = size > VariantUtil.U8_MAX;
+      int sizeBytes = large ? 4 : 1;
+      int offsetSize = integerSize(dataSize);
+      int headerSize = 1 + sizeBytes + (size + 1) * offsetSize;
+      room(headerSize);
+      System.arraycopy(buf, start, buf, start + headerSize, dataSize);
+      pos += headerSize;
+      buf[start] = VariantUtil.arrayHeader(large, offsetSize);
+      write(size, start + 1, sizeBytes);
+      int offsetStart = start + 1 + sizeBytes;
+      for (int e = 0; e < size; e++) {
+        write(elementOffsets[first + e], offsetStart + e * offsetSize, offsetSize);
+      }
+      write(dataSize, offsetStart + size * offsetSize, offsetSize);
+      elementTop = first;
+      return true;
+    }
+
+    private static int integerSize(long value) {
+      return value <= 0xFF ? 1 : value <= 0xFFFF ? 2 : value <= 0xFFFFFF ? 3 : 4;
+    }
+
+    /** The value and its metadata (the keys in id order), as VariantBuilder.result gives them; null
+     * past Spark's size limit. */
+    VariantVal result() {
+      long maxSize = Math.max(keySize, keyCount);
+      if (maxSize > VariantUtil.SIZE_LIMIT) return null;
+      int offsetSize = integerSize(maxSize);
+      int offsetStart = 1 + offsetSize;
+      int stringStart = offsetStart + (keyCount + 1) * offsetSize;
+      long metadataSize = stringStart + keySize;
+      if (metadataSize > VariantUtil.SIZE_LIMIT) return null;
+      byte[] metadata = new byte[(int) metadataSize];
+      metadata[0] = (byte) (VariantUtil.VERSION | ((offsetSize - 1) << 6));
+      writeTo(metadata, keyCount, 1, offsetSize);
+      int offset = 0;
+      for (int k = 0; k < keyCount; k++) {
+        writeTo(metadata, offset, offsetStart + k * offsetSize, offsetSize);
+        System.arraycopy(keyBytes[k], 0, metadata, stringStart + offset, keyBytes[k].length);
+        offset += keyBytes[k].length;
+      }
+      writeTo(metadata, offset, offsetStart + keyCount * offsetSize, offsetSize);
+      return new VariantVal(java.util.Arrays.copyOf(buf, pos), metadata);
+    }
+
+    private static void writeTo(byte[] to, long value, int at, int bytes) {
+      for (int k = 0; k < bytes; k++) to[at + k] = (byte) (value >>> (8 * k));
     }
   }
 
