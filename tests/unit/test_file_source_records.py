@@ -120,3 +120,19 @@ def test_a_range_is_cut_into_even_pieces_at_line_boundaries(tmp_path):
     lengths = [b - a for a, b in ranges]
     assert max(lengths) - min(lengths) < 200  # even, to a line or so
     assert len(cut(1000, size, size // 3)) == 3
+
+
+def test_a_batch_is_cut_into_whole_waves_of_pieces_one_per_core(tmp_path, monkeypatch):
+    """8,500 bytes under pieces of at most 1,000 on 2 cores: 10 pieces (5 waves), not 9 (the last
+    one's task alone on a core), each at most 1,000 bytes."""
+    monkeypatch.setattr(file_source, "MIN_PARTITION_BYTES", 100)
+    monkeypatch.setattr(file_source, "MAX_PARTITION_BYTES", 1000)
+    events = tmp_path / "events.txt"
+    events.write_text("".join(f"{i:09d}\n" for i in range(850)))
+    source = reader(events, tmp_path)
+    start = source.initialOffset()
+    pieces = source.partitions(start, source.latestOffset(start, source.getDefaultReadLimit()))
+    sizes = [piece.end - piece.start for piece in pieces]
+    assert len(sizes) == 10
+    assert max(sizes) <= 1000
+    assert sum(sizes) == 8500

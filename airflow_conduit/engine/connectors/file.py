@@ -17,6 +17,7 @@ either is published exactly once with a delivery marker.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -214,9 +215,12 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         files = list_source_files(self.path)
         spans = {name: (start["files"].get(name, 0), last) for name, last in end["files"].items()}
         spans = {name: span for name, span in spans.items() if span[1] > span[0]}
-        # Enough pieces to keep every core busy, in file and offset order (= source order).
+        # Enough pieces to keep every core busy, in file and offset order (= source order): whole waves
+        # of one piece per core (at least two), each piece at most MAX_PARTITION_BYTES. 9 pieces on 2
+        # cores left one core idle through the last piece's task.
         total = sum(last - first for first, last in spans.values())
-        piece = min(MAX_PARTITION_BYTES, max(MIN_PARTITION_BYTES, total // (2 * self.parallelism) + 1))
+        waves = max(2, math.ceil(total / (MAX_PARTITION_BYTES * self.parallelism)))
+        piece = max(MIN_PARTITION_BYTES, total // (waves * self.parallelism) + 1)
         counts = self._line_counts(start)
         ranges = []
         for name in sorted(spans):
