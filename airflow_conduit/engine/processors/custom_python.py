@@ -22,13 +22,14 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.config.settings import CustomPythonSettings
 from airflow_conduit.engine.arrow_arrays import string_dicts, string_map_array
 from airflow_conduit.engine.delivery import BatchContext
+from airflow_conduit.engine.frames import select_sql
 from airflow_conduit.engine.processors._expr import active_sql
 from airflow_conduit.engine.processors._memo import memoized, planned_deterministic
 from airflow_conduit.engine.processors._record_fields import RecordError
@@ -569,7 +570,8 @@ def map_records(
     if not planned_deterministic():
         udf = udf.asNondeterministic()
     mapped = records.withColumn(_MAPPED, udf(*arguments))
-    return mapped.select(*_restored(), *(F.col(f"{_MAPPED}.{c}").alias(c) for c in extra))
+    # One Py4J call for the ~20 columns (each F.expr and alias is a call of its own).
+    return select_sql(mapped, [*_restored(), *(f"{_MAPPED}.{c} AS {c}" for c in extra)])
 
 
 _MAPPED = "_mapped"
@@ -589,7 +591,7 @@ def _on_arrays(mapper: Callable[[Iterator[pa.RecordBatch]], Iterator]) -> Callab
     return run
 
 
-def _restored() -> list[Column]:
+def _restored() -> list[str]:
     """The record's columns from a mapper's output: each field it kept as the record had it, the others
     from its text; its state from the mapper where it marked it."""
     out = _MAPPED
@@ -612,4 +614,4 @@ def _restored() -> list[Column]:
     columns["_state"] = f"coalesce({out}._state, _state)"
     columns["_error"] = f"CASE WHEN {marked} THEN {out}._error ELSE _error END"
     columns["_node"] = f"CASE WHEN {marked} THEN {out}._node ELSE _node END"
-    return [F.expr(sql).alias(name) for name, sql in columns.items()]
+    return [f"{sql} AS {name}" for name, sql in columns.items()]
