@@ -13,7 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.model import PipelineConfig, ProcessorConfig
 from airflow_conduit.engine.job import DEFAULT_STOP_TIMEOUT, PipelineRun, RunOptions
-from airflow_conduit.engine.processors import apply
+from airflow_conduit.engine.processors import repeats_in_attempt
 from airflow_conduit.engine.session import get_session
 from airflow_conduit.engine.sql_functions import register_functions
 from airflow_conduit.errors import EXIT_CONFIG, Code, PipelineError
@@ -56,13 +56,14 @@ class PlanError(Exception):
 
 def check_plan(spark: SparkSession, pipeline: PipelineConfig) -> None:
     """Analyse every processor on an empty batch, so Spark SQL errors surface before any data moves,
-    naming the processor, instead of failing the first micro-batch."""
+    naming the processor, instead of failing the first micro-batch. The analysis is the one the run
+    asks for again to decide what a batch stores (:func:`repeats_in_attempt` keeps its answer)."""
     empty: DataFrame = spark.createDataFrame([], RECORD_SCHEMA)
     scopes = [pipeline.processors] + [c.processors for c in pipeline.connectors]
     for processors in scopes:
         for proc in processors:
             try:
-                apply(empty, proc).schema  # noqa: B018 - forces analysis
+                repeats_in_attempt(proc, empty, fresh=True)
             except Exception as error:
                 raise PlanError(proc, error) from error
 

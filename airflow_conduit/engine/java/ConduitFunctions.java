@@ -17,7 +17,8 @@
  * rest copied field by field into a new object by Spark's VariantBuilder.
  *
  * conduit_try_parse_json(BINARY) -> VARIANT: try_parse_json of the bytes as text (json.decode), read
- * from the UTF-8 bytes themselves: no decoding into a String for Jackson, no Jackson parser per value.
+ * from the UTF-8 bytes themselves: no decoding into a String for Jackson, no Jackson parser per value,
+ * and written by Variants (the bytes Spark's VariantBuilder writes, with buffers kept per thread).
  * Any document it is not sure to read as Spark does goes to Spark's own parser.
  *
  * conduit_map_json(MAP<STRING, STRING>) -> STRING and conduit_json_map(STRING) -> MAP<STRING, STRING>:

@@ -6,9 +6,10 @@ A processor's spec (:mod:`airflow_conduit.config.registry`) names its module, im
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 
 from airflow_conduit.config.model import ProcessorConfig
 from airflow_conduit.engine.delivery import BatchContext
@@ -53,14 +54,25 @@ def is_pure(proc: ProcessorConfig, empty: DataFrame) -> bool:
     return repeats_in_attempt(proc, empty)
 
 
-def repeats_in_attempt(proc: ProcessorConfig, empty: DataFrame) -> bool:
+def repeats_in_attempt(proc: ProcessorConfig, empty: DataFrame, *, fresh: bool = False) -> bool:
     """Whether a second evaluation of ``proc`` in the same batch attempt gives the first one's result
     when its Python mappers keep their output (:mod:`._memo`): Spark deems its plan deterministic (a
     Python mapper counts as such) and it reads no clock. Every pure processor does; so does one whose
-    only impure part is the Python it runs per record (user code, a template's random values)."""
-    with _memo.analysing():
-        plan = apply(empty, proc)._jdf.queryExecution().analyzed()
-    return bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
+    only impure part is the Python it runs per record (user code, a template's random values).
+
+    Analysing raises what Spark finds wrong with the processor's SQL: the run's plan check calls this
+    with ``fresh`` (always analyse), and the run's first batch takes the answer it kept (per session,
+    per processor) rather than analyse again (30-50 ms for a ``custom.python`` processor)."""
+    known = _REPEATS.setdefault(empty.sparkSession, {})
+    if fresh or proc not in known:
+        with _memo.analysing():
+            plan = apply(empty, proc)._jdf.queryExecution().analyzed()
+        known[proc] = bool(plan.deterministic()) and not _PER_QUERY.search(plan.toString())
+    return known[proc]
+
+
+_REPEATS: weakref.WeakKeyDictionary[SparkSession, dict[ProcessorConfig, bool]] = weakref.WeakKeyDictionary()
+""":func:`repeats_in_attempt`'s answers, per session."""
 
 
 # The identity on ``_state``, but not deterministic in Spark's eyes (``spark_partition_id``): see apply_all.
