@@ -822,6 +822,40 @@ def test_custom_python_keeps_what_it_does_not_change_as_spark_held_it(spark, tmp
     )
 
 
+UDF_FROZEN = """
+import gc
+
+def frozen(record):
+    record["payload"]["after"]["frozen"] = gc.get_freeze_count() > 0
+    return record
+"""
+
+
+def test_a_spark_python_worker_freezes_what_it_holds_before_its_first_batch(run_yaml, tmp_path):
+    """Spark's worker runs a full collection after every task: the objects a worker holds when it maps
+    its first batch (pyspark, pyarrow, the function's module) are frozen out of its reach."""
+    module_dir = write_module(tmp_path / "udf", "udf_frozen", UDF_FROZEN)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.jsonl").write_text('{"n": 1}\n{"n": 2}\n')
+    payload = run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: py, plugin: custom.python, settings: {{function: "udf_frozen:frozen", path: "{module_dir}"}}}}
+""")
+    assert payload["exit_code"] == 0, payload
+    rows = read_jsonl(tmp_path / "out")
+    assert [(r["payload"]["after"]["n"], r["payload"]["after"]["frozen"]) for r in rows] == [
+        (1, True),
+        (2, True),
+    ]
+
+
 def test_custom_python_pass_through_changes_nothing(run_yaml, tmp_path):
     """A function that gives each record back as it got it leaves the output and the DLQ as they are
     without it: the fields it kept come back as Spark held them, not from their text,

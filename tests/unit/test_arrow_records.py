@@ -222,6 +222,14 @@ def test_the_cyclic_collector_is_off_while_a_batch_is_mapped_and_on_after(tmp_pa
     assert sys.modules[module].seen == [False, False, False]  # the fourth record is not active
 
 
+def test_a_mapper_outside_a_spark_task_freezes_nothing(tmp_path: Path) -> None:
+    """Only a Spark worker's objects are frozen (see the integration test): a mapper called in this
+    process, as tests and the engine's planning do, leaves the collector's reach as it was."""
+    frozen = gc.get_freeze_count()
+    mapped(tmp_path, "return record", given())
+    assert gc.get_freeze_count() == frozen
+
+
 def test_values_orjson_refuses_are_written_as_the_json_module_writes_them(tmp_path: Path) -> None:
     """Keys that are not strings, dates, and integers past 64 bits: the text json.dumps(default=str)
     gives, whether in the after field (written inline) or in the key (written by a call)."""
