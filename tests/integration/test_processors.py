@@ -335,6 +335,27 @@ def write_module(directory: Path, name: str, source: str) -> Path:
     return directory
 
 
+def decode_then_python(
+    run_yaml: Any, tmp_path: Path, function: str, module_dir: Path, lines: list[Any], dlq: str = ""
+) -> dict[str, Any]:
+    """Run ``lines`` (as JSON lines from ``{tmp}/in``) through ``json.decode`` and ``custom.python``
+    ``function`` into ``{tmp}/out``; ``dlq``: the pipeline's dead-letter-queue entry, if any."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+      - {{id: py, plugin: custom.python, settings: {{function: "{function}", path: "{module_dir}"}}}}
+    {dlq}
+""")
+
+
 UDF_TRANSFORM = """
 def transform(record):
     i = int(record["key"])  # raw data arrives as bytes
@@ -406,20 +427,7 @@ def test_custom_python_keeps_numbers_exact(run_yaml, tmp_path):
         {"n": 9223372036854775807, "m": -9223372036854775808, "f": 0.1},
         {"n": 18446744073709551616, "text": "1234567890123456789012345"},
     ]
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    payload = run_yaml(f"""
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
-    processors:
-      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
-      - {{id: py, plugin: custom.python, settings: {{function: "udf_tag:tag", path: "{module_dir}"}}}}
-    {DLQ}
-""")
+    payload = decode_then_python(run_yaml, tmp_path, "udf_tag:tag", module_dir, lines, DLQ)
     assert payload["exit_code"] == 0, payload
     assert [r["payload"]["after"] for r in read_jsonl(tmp_path / "out")] == [
         {**line, "seen": True} for line in lines
@@ -835,19 +843,7 @@ def test_a_spark_python_worker_freezes_what_it_holds_before_its_first_batch(run_
     """Spark's worker runs a full collection after every task: the objects a worker holds when it maps
     its first batch (pyspark, pyarrow, the function's module) are frozen out of its reach."""
     module_dir = write_module(tmp_path / "udf", "udf_frozen", UDF_FROZEN)
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "data.jsonl").write_text('{"n": 1}\n{"n": 2}\n')
-    payload = run_yaml(f"""
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
-    processors:
-      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
-      - {{id: py, plugin: custom.python, settings: {{function: "udf_frozen:frozen", path: "{module_dir}"}}}}
-""")
+    payload = decode_then_python(run_yaml, tmp_path, "udf_frozen:frozen", module_dir, [{"n": 1}, {"n": 2}])
     assert payload["exit_code"] == 0, payload
     rows = read_jsonl(tmp_path / "out")
     assert [(r["payload"]["after"]["n"], r["payload"]["after"]["frozen"]) for r in rows] == [

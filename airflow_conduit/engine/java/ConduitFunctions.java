@@ -580,7 +580,8 @@ public final class ConduitFunctions {
       return new VariantVal(out, newMetadata);
     }
 
-    private static int integerSize(int n) {
+    /** The fewest bytes that hold n (1 to 4), as VariantBuilder sizes ids and offsets. */
+    static int integerSize(int n) {
       return n <= 0xFF ? 1 : n <= 0xFFFF ? 2 : n <= 0xFFFFFF ? 3 : 4;
     }
 
@@ -1461,17 +1462,11 @@ public final class ConduitFunctions {
      * is the String read then (no String made per row, and its hash is kept for the builder's
      * dictionary). */
     private String key() {
+      int end = plainEnd();
+      if (end < 0) return string();
       int start = i + 1;
       int hash = 0;
-      int end = start;
-      while (end < n) {
-        byte c = b[end];
-        if (c == '"') break;
-        if (c < 0x20 || c == '\\') return string();  // not plain ASCII (a byte over 0x7F is negative)
-        hash = 31 * hash + c;
-        end++;
-      }
-      if (end >= n) return null;
+      for (int k = start; k < end; k++) hash = 31 * hash + b[k];
       String known = keys.find(b, start, end - start, hash);
       if (known == null) {
         known = new String(b, start, end - start, ASCII);
@@ -1635,10 +1630,6 @@ public final class ConduitFunctions {
       }
     }
 
-    private void write(long value, int at, int bytes) {
-      for (int k = 0; k < bytes; k++) buf[at + k] = (byte) (value >>> (8 * k));
-    }
-
     void appendString(String text) {
       byte[] utf8 = text.getBytes(java.nio.charset.StandardCharsets.UTF_8);
       appendString(utf8, 0, utf8.length);
@@ -1648,7 +1639,7 @@ public final class ConduitFunctions {
       room(5 + length);
       if (length > VariantUtil.MAX_SHORT_STR_SIZE) {
         buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.LONG_STR);
-        write(length, pos, 4);
+        VariantUtil.writeLong(buf, pos, length, 4);
         pos += 4;
       } else {
         buf[pos++] = VariantUtil.shortStrHeader(length);
@@ -1683,7 +1674,7 @@ public final class ConduitFunctions {
         buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.INT8);
         size = 8;
       }
-      write(value, pos, size);
+      VariantUtil.writeLong(buf, pos, value, size);
       pos += size;
     }
 
@@ -1696,13 +1687,13 @@ public final class ConduitFunctions {
       if (scale <= VariantUtil.MAX_DECIMAL4_PRECISION && precision <= VariantUtil.MAX_DECIMAL4_PRECISION) {
         buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.DECIMAL4);
         buf[pos++] = (byte) scale;
-        write(unscaled.intValue(), pos, 4);
+        VariantUtil.writeLong(buf, pos, unscaled.intValue(), 4);
         pos += 4;
       } else if (scale <= VariantUtil.MAX_DECIMAL8_PRECISION
           && precision <= VariantUtil.MAX_DECIMAL8_PRECISION) {
         buf[pos++] = VariantUtil.primitiveHeader(VariantUtil.DECIMAL8);
         buf[pos++] = (byte) scale;
-        write(unscaled.longValue(), pos, 8);
+        VariantUtil.writeLong(buf, pos, unscaled.longValue(), 8);
         pos += 8;
       } else if (scale <= VariantUtil.MAX_DECIMAL16_PRECISION
           && precision <= VariantUtil.MAX_DECIMAL16_PRECISION) {
@@ -1781,21 +1772,21 @@ public final class ConduitFunctions {
       int dataSize = pos - start;
       boolean large = size > VariantUtil.U8_MAX;
       int sizeBytes = large ? 4 : 1;
-      int idSize = integerSize(maxId);
-      int offsetSize = integerSize(dataSize);
+      int idSize = Splice.integerSize(maxId);
+      int offsetSize = Splice.integerSize(dataSize);
       int headerSize = 1 + sizeBytes + size * idSize + (size + 1) * offsetSize;
       room(headerSize);
       System.arraycopy(buf, start, buf, start + headerSize, dataSize);
       pos += headerSize;
       buf[start] = VariantUtil.objectHeader(large, idSize, offsetSize);
-      write(size, start + 1, sizeBytes);
+      VariantUtil.writeLong(buf, start + 1, size, sizeBytes);
       int idStart = start + 1 + sizeBytes;
       int offsetStart = idStart + size * idSize;
       for (int f = 0; f < size; f++) {
-        write(fieldIds[order[f]], idStart + f * idSize, idSize);
-        write(fieldOffsets[order[f]], offsetStart + f * offsetSize, offsetSize);
+        VariantUtil.writeLong(buf, idStart + f * idSize, fieldIds[order[f]], idSize);
+        VariantUtil.writeLong(buf, offsetStart + f * offsetSize, fieldOffsets[order[f]], offsetSize);
       }
-      write(dataSize, offsetStart + size * offsetSize, offsetSize);
+      VariantUtil.writeLong(buf, offsetStart + size * offsetSize, dataSize, offsetSize);
       for (int f = first; f < fieldTop; f++) fieldKeys[f] = null;
       fieldTop = first;
       return true;
@@ -1843,24 +1834,20 @@ public final class ConduitFunctions {
       int dataSize = pos - start;
       boolean large = size > VariantUtil.U8_MAX;
       int sizeBytes = large ? 4 : 1;
-      int offsetSize = integerSize(dataSize);
+      int offsetSize = Splice.integerSize(dataSize);
       int headerSize = 1 + sizeBytes + (size + 1) * offsetSize;
       room(headerSize);
       System.arraycopy(buf, start, buf, start + headerSize, dataSize);
       pos += headerSize;
       buf[start] = VariantUtil.arrayHeader(large, offsetSize);
-      write(size, start + 1, sizeBytes);
+      VariantUtil.writeLong(buf, start + 1, size, sizeBytes);
       int offsetStart = start + 1 + sizeBytes;
       for (int e = 0; e < size; e++) {
-        write(elementOffsets[first + e], offsetStart + e * offsetSize, offsetSize);
+        VariantUtil.writeLong(buf, offsetStart + e * offsetSize, elementOffsets[first + e], offsetSize);
       }
-      write(dataSize, offsetStart + size * offsetSize, offsetSize);
+      VariantUtil.writeLong(buf, offsetStart + size * offsetSize, dataSize, offsetSize);
       elementTop = first;
       return true;
-    }
-
-    private static int integerSize(long value) {
-      return value <= 0xFF ? 1 : value <= 0xFFFF ? 2 : value <= 0xFFFFFF ? 3 : 4;
     }
 
     /** The value and its metadata (the keys in id order), as VariantBuilder.result gives them; null
@@ -1868,27 +1855,24 @@ public final class ConduitFunctions {
     VariantVal result() {
       long maxSize = Math.max(keySize, keyCount);
       if (maxSize > VariantUtil.SIZE_LIMIT) return null;
-      int offsetSize = integerSize(maxSize);
+      int offsetSize = Splice.integerSize((int) maxSize);
       int offsetStart = 1 + offsetSize;
       int stringStart = offsetStart + (keyCount + 1) * offsetSize;
       long metadataSize = stringStart + keySize;
       if (metadataSize > VariantUtil.SIZE_LIMIT) return null;
       byte[] metadata = new byte[(int) metadataSize];
       metadata[0] = (byte) (VariantUtil.VERSION | ((offsetSize - 1) << 6));
-      writeTo(metadata, keyCount, 1, offsetSize);
+      VariantUtil.writeLong(metadata, 1, keyCount, offsetSize);
       int offset = 0;
       for (int k = 0; k < keyCount; k++) {
-        writeTo(metadata, offset, offsetStart + k * offsetSize, offsetSize);
+        VariantUtil.writeLong(metadata, offsetStart + k * offsetSize, offset, offsetSize);
         System.arraycopy(keyBytes[k], 0, metadata, stringStart + offset, keyBytes[k].length);
         offset += keyBytes[k].length;
       }
-      writeTo(metadata, offset, offsetStart + keyCount * offsetSize, offsetSize);
+      VariantUtil.writeLong(metadata, offsetStart + keyCount * offsetSize, offset, offsetSize);
       return new VariantVal(java.util.Arrays.copyOf(buf, pos), metadata);
     }
 
-    private static void writeTo(byte[] to, long value, int at, int bytes) {
-      for (int k = 0; k < bytes; k++) to[at + k] = (byte) (value >>> (8 * k));
-    }
   }
 
   /** Object keys read lately, by a hash of their bytes (direct-mapped: a key replaces the one in its
@@ -2053,10 +2037,10 @@ public final class ConduitFunctions {
       private final org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter row =
           new org.apache.spark.sql.catalyst.expressions.codegen.UnsafeRowWriter(4, 256);
       private final int range;
-      /** The position's "NAME:" as UTF-8, then room for the offset's digits. */
-      private final byte[] position;
+      /** The position's "NAME:" as UTF-8, then the offset's digits; the key's digits. */
+      private final Text position = new Text(64);
       private final int prefix;
-      private final byte[] key = new byte[20];
+      private final Text key = new Text(20);
       private final java.io.RandomAccessFile file;
       private long left;
       private long offset;
@@ -2071,8 +2055,8 @@ public final class ConduitFunctions {
       Lines(int range, long start, long end, long firstLine, byte[] prefix, String path)
           throws java.io.IOException {
         this.range = range;
+        this.position.put(prefix, 0, prefix.length);
         this.prefix = prefix.length;
-        this.position = java.util.Arrays.copyOf(prefix, prefix.length + 20);
         this.file = new java.io.RandomAccessFile(path, "r");
         this.file.seek(start);
         this.left = end - start;
@@ -2101,9 +2085,12 @@ public final class ConduitFunctions {
                 row.reset();
                 row.zeroOutNullBytes();
                 row.write(0, range);
-                int end = digits(offset, position, prefix);
-                row.write(1, position, 0, end);
-                row.write(2, key, 0, digits(line, key, 0));
+                position.size = prefix;
+                position.decimal(offset, 0);
+                row.write(1, position.bytes, 0, position.size);
+                key.size = 0;
+                key.decimal(line, 0);
+                row.write(2, key.bytes, 0, key.size);
                 row.write(3, buf, pos, stop - pos);
                 offset += i + 1 - pos;
                 line++;
@@ -2135,18 +2122,6 @@ public final class ConduitFunctions {
         } catch (java.io.IOException e) {
           throw new RuntimeException(e);
         }
-      }
-
-      /** A count's decimal digits (it is not negative) into to from at; where they end. */
-      private static int digits(long value, byte[] to, int at) {
-        int count = 1;
-        for (long rest = value; rest >= 10; rest /= 10) count++;
-        int end = at + count;
-        for (int i = end - 1; i >= at; i--) {
-          to[i] = (byte) ('0' + value % 10);
-          value /= 10;
-        }
-        return end;
       }
 
       private void close() throws java.io.IOException {
