@@ -16,7 +16,7 @@ from airflow_conduit.engine.connectors.file import FileStreamReader, stream_read
 
 def reader(path: Path, tmp_path: Path, max_records: int = 1_000_000) -> FileStreamReader:
     settings = FileSourceSettings.model_validate({"path": str(path), "maxRecordsPerBatch": max_records})
-    return stream_reader(settings, SourceContext("src", "p:src", str(tmp_path / "stop"), 2))
+    return stream_reader(settings, reader_context(tmp_path))
 
 
 def batch(source: FileStreamReader, start: dict) -> tuple[list[dict[str, Any]], dict]:
@@ -136,3 +136,46 @@ def test_a_batch_is_cut_into_whole_waves_of_pieces_one_per_core(tmp_path, monkey
     assert len(sizes) == 10
     assert max(sizes) <= 1000
     assert sum(sizes) == 8500
+
+
+def test_line_counts_and_batch_ends_match_the_lines_whatever_the_chunk(tmp_path, monkeypatch):
+    """``count_lines`` and ``scan_lines`` count newlines a chunk at a time (numpy): with chunks smaller
+    than a line, a line end on a chunk's edge, a carriage return and a last line without its end, the
+    counts and offsets are those of the lines themselves."""
+    lines = [b"a\r\n", b"", b"bb\n", b"x" * 37 + b"\n", b"\n", b"tail"]
+    data = b"".join(line if line.endswith(b"\n") else line + b"\n" for line in lines[:-1]) + lines[-1]
+    events = tmp_path / "events.txt"
+    events.write_bytes(data)
+    ends = [i + 1 for i, byte in enumerate(data) if byte == 10]
+    for chunk in (1, 3, 7, 1 << 20):
+        monkeypatch.setattr(file_source, "SCAN_CHUNK", chunk)
+        for start in (0, 4, ends[2]):
+            for stop in (start, ends[3], len(data)):
+                assert file_source.count_lines(str(events), start, stop) == data[start:stop].count(b"\n")
+            for budget in (1, 2, 100):
+                within = [end for end in ends if start < end <= len(data)]
+                expected = (
+                    (within[budget - 1], budget) if budget <= len(within) else (within[-1], len(within))
+                )
+                assert file_source.scan_lines(str(events), start, len(data), budget) == expected
+
+
+def test_the_reader_spark_runs_gives_offsets_and_no_rows(tmp_path):
+    """The stream reader Spark gets from the file data source plans one partition and reads nothing:
+    the engine reads the batch from the offsets (``read_batch``), the stream's rows of the file source
+    are never taken (a pipeline whose other source Spark streams filters them out)."""
+    events = tmp_path / "events.txt"
+    events.write_text("".join(f"{i}\n" for i in range(100)))
+    options = file_source.source_options(file_source.FileSource(str(events), 10), reader_context(tmp_path))
+    spark_reader = file_source.FileDataSource(options).streamReader(file_source.SCHEMA)
+    start = spark_reader.initialOffset()
+    end = spark_reader.latestOffset(start, spark_reader.getDefaultReadLimit())
+    assert end["lines"] == {"events.txt": 10}
+    (only,) = spark_reader.partitions(start, end)
+    assert list(spark_reader.read(only)) == []
+    rows, _ = batch(reader(events, tmp_path, max_records=10), start)
+    assert [row["key_raw"] for row in rows] == [str(i).encode() for i in range(1, 11)]
+
+
+def reader_context(tmp_path: Path) -> SourceContext:
+    return SourceContext("src", "p:src", str(tmp_path / "stop"), 2)
