@@ -50,6 +50,32 @@ def read_jsonl(directory: Path) -> list[dict[str, Any]]:
     return records
 
 
+FILE_DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
+"""A pipeline's dead-letter-queue entry: a file DLQ in ``{tmp}/dlq`` that stops at no nack."""
+
+
+def run_decoded(
+    run_yaml: Callable[..., dict[str, Any]], tmp_path: Path, rows: list[Any], processors: str, dlq: str = ""
+) -> dict[str, Any]:
+    """Run ``rows`` (JSON lines in ``{tmp}/in/rows.jsonl``) through ``json.decode`` of ``.Payload.After``
+    and then ``processors`` (YAML list entries, indented six spaces) into a file destination in
+    ``{tmp}/out``; ``dlq``: the pipeline's dead-letter-queue entry, if any."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return run_yaml(f"""
+version: "2.2"
+pipelines:
+  - id: p
+    connectors:
+      - {{id: src, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
+      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
+    processors:
+      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
+{processors}
+    {dlq}
+""")
+
+
 def text(value: str | None) -> str | None:
     """A raw value (base64 in OpenCDC JSON) as text."""
     return None if value is None else base64.b64decode(value).decode()

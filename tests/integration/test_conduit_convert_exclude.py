@@ -4,28 +4,7 @@ unit tests (``convert_test.go``), in a real pipeline."""
 
 from __future__ import annotations
 
-import json
-
-from tests.conftest import read_jsonl, text
-
-DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
-
-
-def run_lines(run_yaml, tmp_path, rows: list[dict], processors: str) -> dict:
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return run_yaml(f"""
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {{id: src, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
-    processors:
-      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
-{processors}
-    {DLQ}
-""")
+from tests.conftest import FILE_DLQ, read_jsonl, run_decoded, text
 
 
 def test_convert_to_time_unix_nanos_and_rfc3339_and_nack(run_yaml, tmp_path):
@@ -36,11 +15,12 @@ def test_convert_to_time_unix_nanos_and_rfc3339_and_nack(run_yaml, tmp_path):
         {"n": 3, "createdAt": "21.01.2021 18:40:12"},  # convert_test.go: invalid format
         {"n": 4, "createdAt": "1611254412345678999"},  # text that is an integer: Unix nanoseconds
     ]
-    payload = run_lines(
+    payload = run_decoded(
         run_yaml,
         tmp_path,
         rows,
         "      - {id: conv, plugin: field.convert, settings: {field: .Payload.After.createdAt, type: time}}",
+        FILE_DLQ,
     )
     assert payload["exit_code"] == 0, payload
     out = {
@@ -62,7 +42,7 @@ def test_convert_to_time_unix_nanos_and_rfc3339_and_nack(run_yaml, tmp_path):
 
 def test_exclude_payload_and_several_fields(run_yaml, tmp_path):
     rows = [{"foo": "bar", "foobar": "baz"}]
-    payload = run_lines(
+    payload = run_decoded(
         run_yaml,
         tmp_path,
         rows,
@@ -71,6 +51,7 @@ def test_exclude_payload_and_several_fields(run_yaml, tmp_path):
       - {id: decode-before, plugin: json.decode, settings: {field: .Payload.Before}}
       - {id: copy, plugin: field.set, settings: {field: .Metadata.copy, value: '{{ .Payload.After.foo }}'}}
       - {id: exclude, plugin: field.exclude, settings: {fields: .Payload}}""",
+        FILE_DLQ,
     )
     assert payload["exit_code"] == 0, payload
     [record] = read_jsonl(tmp_path / "out")

@@ -19,9 +19,9 @@ import pyarrow as pa
 from airflow_conduit.config.settings import GeneratorSettings
 from airflow_conduit.engine.connectors.generator import GeneratorSpec
 from airflow_conduit.engine.processors.custom_python import load_function
-from tests.conftest import ESCAPED_TEXT, read_jsonl, text
+from tests.conftest import ESCAPED_TEXT, FILE_DLQ, read_jsonl, run_decoded, text
 
-DLQ = 'dead-letter-queue: {plugin: builtin:file, settings: {path: "{tmp}/dlq"}, window-size: 0}'
+DLQ = FILE_DLQ
 
 
 def spec_of(settings: dict[str, Any]) -> GeneratorSpec:
@@ -338,22 +338,9 @@ def write_module(directory: Path, name: str, source: str) -> Path:
 def decode_then_python(
     run_yaml: Any, tmp_path: Path, function: str, module_dir: Path, lines: list[Any], dlq: str = ""
 ) -> dict[str, Any]:
-    """Run ``lines`` (as JSON lines from ``{tmp}/in``) through ``json.decode`` and ``custom.python``
-    ``function`` into ``{tmp}/out``; ``dlq``: the pipeline's dead-letter-queue entry, if any."""
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "data.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return run_yaml(f"""
-version: "2.2"
-pipelines:
-  - id: p
-    connectors:
-      - {{id: in, type: source, plugin: builtin:file, settings: {{path: "{{tmp}}/in"}}}}
-      - {{id: out, type: destination, plugin: builtin:file, settings: {{path: "{{tmp}}/out"}}}}
-    processors:
-      - {{id: decode, plugin: json.decode, settings: {{field: .Payload.After}}}}
-      - {{id: py, plugin: custom.python, settings: {{function: "{function}", path: "{module_dir}"}}}}
-    {dlq}
-""")
+    """``lines`` through ``json.decode`` and ``custom.python`` ``function`` (:func:`run_decoded`)."""
+    python = f'      - {{id: py, plugin: custom.python, settings: {{function: "{function}", path: "{module_dir}"}}}}'
+    return run_decoded(run_yaml, tmp_path, lines, python, dlq)
 
 
 UDF_TRANSFORM = """
